@@ -1,0 +1,20 @@
+package etcdstore
+
+import "errors"
+
+// Errors returned by Store. Callers test them with errors.Is; the registry
+// turns them into Kubernetes Status errors in one place.
+var (
+	// ErrNotFound: the key does not exist (at the revision read).
+	ErrNotFound = errors.New("etcdstore: key not found")
+	// ErrExists: a create found the key already present.
+	ErrExists = errors.New("etcdstore: key already exists")
+	// ErrConflict: a conditional write or delete found a different ModRevision.
+	ErrConflict = errors.New("etcdstore: revision conflict")
+	// ErrCompacted: the revision asked for has been compacted away.
+	ErrCompacted = errors.New("etcdstore: revision compacted")
+	// ErrFutureRevision: the revision asked for is newer than the store's.
+	ErrFutureRevision = errors.New("etcdstore: revision is in the future")
+	// ErrInvalidKey: a key segment is empty, ".", ".." or contains "/".
+	ErrInvalidKey = errors.New("etcdstore: invalid key segment")
+)
