@@ -1,0 +1,156 @@
+package apiserver
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/concord-dev/concord/registry"
+)
+
+// MaxRequestBodyBytes is kube-apiserver's default limit on a request body.
+const MaxRequestBodyBytes = 3 << 20
+
+// mediaTypes are the formats served, in order of preference.
+var mediaTypes = []string{runtime.ContentTypeJSON, runtime.ContentTypeYAML, runtime.ContentTypeProtobuf}
+
+func serializerFor(mediaType string) (runtime.SerializerInfo, bool) {
+	return runtime.SerializerInfoForMediaType(registry.Codecs.SupportedMediaTypes(), mediaType)
+}
+
+// readBody reads at most MaxRequestBodyBytes; a larger body is refused with
+// 413 without being read into memory.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	tooLarge := apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("limit is %d", MaxRequestBodyBytes))
+	if r.ContentLength > MaxRequestBodyBytes {
+		return nil, tooLarge
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBodyBytes))
+	var maxErr *http.MaxBytesError
+	if errors.As(err, &maxErr) {
+		return nil, tooLarge
+	}
+	if err != nil {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("reading the request body: %v", err))
+	}
+	return body, nil
+}
+
+// requestSerializer picks the decoder for the request's Content-Type; an
+// empty Content-Type means JSON, as in kube-apiserver.
+func requestSerializer(r *http.Request) (runtime.Serializer, error) {
+	contentType := r.Header.Get("Content-Type")
+	if contentType == "" {
+		contentType = runtime.ContentTypeJSON
+	}
+	mediaType, _, err := mime.ParseMediaType(contentType)
+	if err == nil {
+		if info, ok := serializerFor(mediaType); ok {
+			return info.Serializer, nil
+		}
+	}
+	return nil, apierrors.NewGenericServerResponse(http.StatusUnsupportedMediaType, "", schema.GroupResource{}, "",
+		fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: %s", strings.Join(mediaTypes, ", ")), 0, false)
+}
+
+// decodeObject decodes a request body that must be of kind want. A body that
+// leaves out apiVersion and kind is taken to be of kind want.
+func decodeObject(w http.ResponseWriter, r *http.Request, want schema.GroupVersionKind) (runtime.Object, error) {
+	s, err := requestSerializer(r)
+	if err != nil {
+		return nil, err
+	}
+	body, err := readBody(w, r)
+	if err != nil {
+		return nil, err
+	}
+	if len(body) == 0 {
+		return nil, apierrors.NewBadRequest("the request body is empty: send a " + want.Kind)
+	}
+	obj, got, err := s.Decode(body, &want, nil)
+	if err != nil {
+		if runtime.IsNotRegisteredError(err) && got != nil {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("%s in version %q cannot be handled as a %s: %v", got.Kind, got.GroupVersion(), want.Kind, err))
+		}
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("the request body is not a valid %s: %v", want.Kind, err))
+	}
+	if *got != want {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("%s in version %q cannot be handled as a %s: the body must be of kind %s, apiVersion %s",
+			got.Kind, got.GroupVersion(), want.Kind, want.Kind, want.GroupVersion()))
+	}
+	return obj, nil
+}
+
+// decodeDeleteOptions reads optional DeleteOptions from the body of a DELETE.
+func decodeDeleteOptions(w http.ResponseWriter, r *http.Request, gv schema.GroupVersion) (*metav1.DeleteOptions, error) {
+	s, err := requestSerializer(r)
+	if err != nil {
+		return nil, err
+	}
+	body, err := readBody(w, r)
+	if err != nil || len(body) == 0 {
+		return &metav1.DeleteOptions{}, err
+	}
+	want := gv.WithKind("DeleteOptions")
+	obj, _, err := s.Decode(body, &want, nil)
+	if err != nil {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("the request body is not valid DeleteOptions: %v", err))
+	}
+	opts, ok := obj.(*metav1.DeleteOptions)
+	if !ok {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("the request body must be DeleteOptions, not %T", obj))
+	}
+	return opts, nil
+}
+
+// responseSerializer negotiates the Accept header. Media ranges with
+// parameters Concord does not serve yet (as=Table) are skipped, so kubectl's
+// "Table, else JSON" lands on JSON; nothing acceptable is 406.
+func responseSerializer(r *http.Request) (runtime.SerializerInfo, error) {
+	accept := r.Header.Get("Accept")
+	if strings.TrimSpace(accept) == "" {
+		accept = "*/*"
+	}
+	type candidate struct {
+		mediaType string
+		q         float64
+	}
+	var candidates []candidate
+	for _, part := range strings.Split(accept, ",") {
+		mediaType, params, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err != nil || params["as"] != "" {
+			continue
+		}
+		q := 1.0
+		if v, ok := params["q"]; ok {
+			if q, err = strconv.ParseFloat(v, 64); err != nil {
+				continue
+			}
+		}
+		if q > 0 {
+			candidates = append(candidates, candidate{mediaType, q})
+		}
+	}
+	sort.SliceStable(candidates, func(i, j int) bool { return candidates[i].q > candidates[j].q })
+	for _, c := range candidates {
+		switch c.mediaType {
+		case "*/*", "application/*":
+			c.mediaType = runtime.ContentTypeJSON
+		}
+		if info, ok := serializerFor(c.mediaType); ok {
+			return info, nil
+		}
+	}
+	return runtime.SerializerInfo{}, apierrors.NewGenericServerResponse(http.StatusNotAcceptable, "", schema.GroupResource{}, "",
+		fmt.Sprintf("only the following media types are accepted: %s", strings.Join(mediaTypes, ", ")), 0, false)
+}

@@ -1,0 +1,162 @@
+package apiserver
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/validation/path"
+
+	"github.com/gorilla/mux"
+
+	"github.com/concord-dev/concord/registry"
+)
+
+// resourceHandler serves one resource's collection and item paths.
+type resourceHandler struct {
+	store *registry.Store
+}
+
+// unsupportedQuery are parameters Concord does not implement yet. They are
+// refused rather than ignored: ignoring a selector or dryRun would silently
+// return or change the wrong objects.
+var unsupportedQuery = []string{"watch", "labelSelector", "fieldSelector", "dryRun", "resourceVersionMatch", "continue", "sendInitialEvents"}
+
+func (h *resourceHandler) collection(w http.ResponseWriter, r *http.Request) {
+	namespace, allNamespaces := mux.Vars(r)["namespace"], false
+	if h.store.Resource.Namespaced && namespace == "" {
+		allNamespaces = true
+	}
+	if err := checkQuery(r); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if err := checkPathSegments(namespace); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	switch r.Method {
+	case http.MethodGet:
+		list, err := h.store.List(r.Context(), namespace)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		writeObject(w, r, http.StatusOK, list)
+	case http.MethodPost:
+		if allNamespaces {
+			h.methodNotAllowed(w, r, "create")
+			return
+		}
+		obj, err := h.decode(w, r)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		created, err := h.store.Create(r.Context(), namespace, obj)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		writeObject(w, r, http.StatusCreated, created)
+	default:
+		h.methodNotAllowed(w, r, verb(r.Method))
+	}
+}
+
+func (h *resourceHandler) item(w http.ResponseWriter, r *http.Request) {
+	vars := mux.Vars(r)
+	namespace, name := vars["namespace"], vars["name"]
+	if err := checkQuery(r); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if err := checkPathSegments(namespace, name); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	switch r.Method {
+	case http.MethodGet:
+		obj, err := h.store.Get(r.Context(), namespace, name)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		writeObject(w, r, http.StatusOK, obj)
+	case http.MethodPut:
+		obj, err := h.decode(w, r)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		updated, err := h.store.Update(r.Context(), namespace, name, obj)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		writeObject(w, r, http.StatusOK, updated)
+	case http.MethodDelete:
+		opts, err := decodeDeleteOptions(w, r, h.store.Resource.GroupVersion)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		if len(opts.DryRun) > 0 {
+			writeError(w, r, apierrors.NewBadRequest("dryRun is not supported by this server yet; nothing was deleted"))
+			return
+		}
+		status, err := h.store.Delete(r.Context(), namespace, name, opts)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		writeObject(w, r, http.StatusOK, status)
+	default:
+		h.methodNotAllowed(w, r, verb(r.Method))
+	}
+}
+
+func (h *resourceHandler) decode(w http.ResponseWriter, r *http.Request) (registry.Object, error) {
+	obj, err := decodeObject(w, r, h.store.Resource.GroupVersionKind())
+	if err != nil {
+		return nil, err
+	}
+	typed, ok := obj.(registry.Object)
+	if !ok {
+		return nil, fmt.Errorf("decoded %T is not a registry.Object", obj)
+	}
+	return typed, nil
+}
+
+func (h *resourceHandler) methodNotAllowed(w http.ResponseWriter, r *http.Request, verb string) {
+	writeError(w, r, apierrors.NewMethodNotSupported(h.store.Resource.GroupResource(), verb))
+}
+
+func verb(method string) string {
+	return strings.ToLower(method)
+}
+
+func checkQuery(r *http.Request) error {
+	q := r.URL.Query()
+	for _, p := range unsupportedQuery {
+		if q.Has(p) {
+			return apierrors.NewBadRequest(fmt.Sprintf("the %s parameter is not supported by this server yet", p))
+		}
+	}
+	return nil
+}
+
+// checkPathSegments refuses names that are not valid path segments ("..",
+// "."; "/" never reaches here), as kube-apiserver does.
+func checkPathSegments(segments ...string) error {
+	for _, s := range segments {
+		if s == "" {
+			continue
+		}
+		if errs := path.IsValidPathSegmentName(s); len(errs) > 0 {
+			return apierrors.NewBadRequest(fmt.Sprintf("invalid resource name %q: %s", s, strings.Join(errs, ", ")))
+		}
+	}
+	return nil
+}

@@ -1,0 +1,80 @@
+package apiserver
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/concord-dev/concord/registry"
+)
+
+// writeObject encodes obj in the format the client accepts.
+func writeObject(w http.ResponseWriter, r *http.Request, code int, obj runtime.Object) {
+	info, err := responseSerializer(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	encode(w, r, info, code, obj)
+}
+
+func encode(w http.ResponseWriter, r *http.Request, info runtime.SerializerInfo, code int, obj runtime.Object) {
+	kinds, _, err := registry.Scheme.ObjectKinds(obj)
+	if err != nil {
+		logger(r).Error("encode response: unknown type", "type", obj, "err", err)
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	obj.GetObjectKind().SetGroupVersionKind(kinds[0])
+	serializer := info.Serializer
+	if info.PrettySerializer != nil && wantsPretty(r) {
+		serializer = info.PrettySerializer
+	}
+	w.Header().Set("Content-Type", info.MediaType)
+	w.Header().Set("Cache-Control", "no-cache, private")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	if err := serializer.Encode(obj, w); err != nil {
+		logger(r).Warn("write response", "err", err)
+	}
+}
+
+// wantsPretty follows kube-apiserver: ?pretty=true, or a curl/wget user.
+func wantsPretty(r *http.Request) bool {
+	if p := r.URL.Query().Get("pretty"); p != "" {
+		return p == "true" || p == "1"
+	}
+	ua := r.UserAgent()
+	return strings.HasPrefix(ua, "curl") || strings.HasPrefix(ua, "Wget")
+}
+
+// writeError answers err as a Status. Status errors go out as they are;
+// anything else is logged in full and answered 500 without its text.
+func writeError(w http.ResponseWriter, r *http.Request, err error) {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		logger(r).Error("internal error", "method", r.Method, "path", r.URL.Path, "err", err)
+		status = apierrors.NewInternalError(errors.New("an error on the server prevented the request from succeeding; the server log has the details"))
+	}
+	st := status.Status()
+	st.Status = metav1.StatusFailure
+	info, negotiateErr := responseSerializer(r)
+	if negotiateErr != nil {
+		info, _ = serializerFor(runtime.ContentTypeJSON)
+	}
+	encode(w, r, info, int(st.Code), &st)
+}
+
+type loggerKey struct{}
+
+func logger(r *http.Request) *slog.Logger {
+	if l, ok := r.Context().Value(loggerKey{}).(*slog.Logger); ok {
+		return l
+	}
+	return slog.Default()
+}

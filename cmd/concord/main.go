@@ -1,0 +1,36 @@
+// Command concord is a Kubernetes-compatible API server that keeps its
+// objects in etcd. Without --etcd-servers it runs an embedded etcd (dev mode).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	cfg := DefaultConfig()
+	fs := flag.NewFlagSet("concord", flag.ExitOnError)
+	cfg.AddFlags(fs)
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		os.Exit(2)
+	}
+	cfg.Complete()
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(os.Stderr, "concord: invalid flags:\n%v\n", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		// A second signal gets the default action: exit at once.
+		stop()
+	}()
+	if err := run(ctx, cfg, os.Stderr); err != nil {
+		fmt.Fprintf(os.Stderr, "concord: %v\n", err)
+		os.Exit(1)
+	}
+}

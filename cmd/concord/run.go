@@ -1,0 +1,189 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	clientcmdv1 "k8s.io/client-go/tools/clientcmd/api/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/concord-dev/concord/apiserver"
+	"github.com/concord-dev/concord/etcdstore"
+	"github.com/concord-dev/concord/registry"
+)
+
+// run serves until ctx is cancelled, then shuts down in order: stop taking
+// requests and let in-flight ones finish, close the etcd client, stop the
+// embedded etcd.
+func run(ctx context.Context, cfg Config, logOut io.Writer) error {
+	log := newLogger(cfg.LogFormat, logOut)
+
+	// Bind first: a taken port is the most common start-up failure, and it
+	// should be reported before anything else starts.
+	addr := net.JoinHostPort(cfg.BindAddress, strconv.Itoa(cfg.Port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("cannot listen on %s: %w (is another server using the port? pick another with --port, or --port 0 for a free one)", addr, err)
+	}
+	defer ln.Close()
+
+	endpoints := cfg.EtcdServers
+	var embedded *etcdstore.Embedded
+	if cfg.Embedded() {
+		etcdDir := filepath.Join(cfg.DataDir, "etcd")
+		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+			return fmt.Errorf("create --data-dir: %w", err)
+		}
+		etcdLog := filepath.Join(cfg.DataDir, "etcd.log")
+		log.Info("starting embedded etcd", "dir", etcdDir, "log", etcdLog)
+		embedded, err = etcdstore.StartEmbedded(ctx, etcdstore.EmbeddedConfig{Dir: etcdDir, LogFile: etcdLog, StartTimeout: cfg.EtcdDialTimeout})
+		if err != nil {
+			return err
+		}
+		defer embedded.Close()
+		endpoints = []string{embedded.Endpoint()}
+	}
+
+	client, err := connectEtcd(ctx, log, endpoints, cfg.EtcdDialTimeout)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+
+	handler := apiserver.New(apiserver.Config{
+		Stores:         registry.NewStores(etcdstore.New(client, cfg.EtcdPrefix)),
+		Logger:         log,
+		RequestTimeout: cfg.RequestTimeout,
+	})
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 32 * time.Second,
+		IdleTimeout:       90 * time.Second,
+		MaxHeaderBytes:    1 << 20,
+		// No WriteTimeout: watches are long-running; requests are bounded
+		// by --request-timeout inside the handler instead.
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+
+	url := "http://" + kubeconfigHost(ln.Addr().(*net.TCPAddr))
+	if cfg.WriteKubeconfig != "" {
+		if err := writeKubeconfig(cfg.WriteKubeconfig, url); err != nil {
+			return err
+		}
+	}
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	log.Info("concord ready", "url", url, "kubeconfig", cfg.WriteKubeconfig, "etcd", strings.Join(endpoints, ","), "prefix", cfg.EtcdPrefix)
+
+	var etcdErr <-chan error
+	if embedded != nil {
+		etcdErr = embedded.Err()
+	}
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("serve: %w", err)
+	case err := <-etcdErr:
+		return fmt.Errorf("embedded etcd stopped: %w", err)
+	case <-ctx.Done():
+	}
+
+	log.Info("shutting down: finishing in-flight requests", "timeout", cfg.ShutdownTimeout.String())
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("shutdown: in-flight requests did not finish within %s: %w", cfg.ShutdownTimeout, err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+func newLogger(format string, out io.Writer) *slog.Logger {
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(out, nil))
+	}
+	return slog.New(slog.NewTextHandler(out, nil))
+}
+
+// connectEtcd waits until etcd answers a read, for at most timeout, and says
+// which endpoints did not answer and for how long.
+func connectEtcd(ctx context.Context, log *slog.Logger, endpoints []string, timeout time.Duration) (*clientv3.Client, error) {
+	client, err := clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcd client for %s: %w", strings.Join(endpoints, ","), err)
+	}
+	start := time.Now()
+	deadline := start.Add(timeout)
+	for {
+		attemptCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err = client.Get(attemptCtx, "/concord-start-probe")
+		cancel()
+		if err == nil {
+			return client, nil
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			client.Close()
+			return nil, fmt.Errorf("etcd at %s did not answer for %s (last error: %w); check --etcd-servers and that etcd is running",
+				strings.Join(endpoints, ","), time.Since(start).Round(time.Second), err)
+		}
+		log.Warn("waiting for etcd", "endpoints", strings.Join(endpoints, ","), "waited", time.Since(start).Round(time.Second).String(), "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// kubeconfigHost is the address clients should use: loopback when the
+// server listens on all interfaces.
+func kubeconfigHost(addr *net.TCPAddr) string {
+	ip := addr.IP
+	if ip.IsUnspecified() {
+		ip = net.IPv4(127, 0, 0, 1)
+	}
+	return net.JoinHostPort(ip.String(), strconv.Itoa(addr.Port))
+}
+
+// writeKubeconfig writes a kubeconfig with one cluster, user and context
+// named "concord", replacing the file atomically.
+func writeKubeconfig(path, server string) error {
+	cfg := clientcmdv1.Config{
+		Kind:           "Config",
+		APIVersion:     "v1",
+		Clusters:       []clientcmdv1.NamedCluster{{Name: "concord", Cluster: clientcmdv1.Cluster{Server: server}}},
+		AuthInfos:      []clientcmdv1.NamedAuthInfo{{Name: "concord"}},
+		Contexts:       []clientcmdv1.NamedContext{{Name: "concord", Context: clientcmdv1.Context{Cluster: "concord", AuthInfo: "concord", Namespace: "default"}}},
+		CurrentContext: "concord",
+	}
+	data, err := yaml.Marshal(cfg)
+	if err != nil {
+		return fmt.Errorf("encode kubeconfig: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("write kubeconfig: %w", err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return fmt.Errorf("write kubeconfig: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return errors.Join(fmt.Errorf("write kubeconfig: %w", err), os.Remove(tmp))
+	}
+	return nil
+}

@@ -1,0 +1,22 @@
+package registry
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+)
+
+// Scheme knows every type Concord serves, plus the meta types (Status,
+// DeleteOptions, discovery lists) that travel with them.
+var Scheme = runtime.NewScheme()
+
+// Codecs holds the JSON, YAML and protobuf serializers for Scheme.
+var Codecs = serializer.NewCodecFactory(Scheme)
+
+func init() {
+	utilruntime.Must(corev1.AddToScheme(Scheme))
+	// Options types (DeleteOptions, …) also travel as meta.k8s.io/v1.
+	metav1.AddToGroupVersion(Scheme, metav1.SchemeGroupVersion)
+}

@@ -1,0 +1,295 @@
+package registry
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	jsonserializer "k8s.io/apimachinery/pkg/runtime/serializer/json"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/concord-dev/concord/etcdstore"
+)
+
+// Storage is what the registry needs from etcd. *etcdstore.Store implements
+// it; see there for the contract of each method.
+type Storage interface {
+	Get(ctx context.Context, ref etcdstore.Ref, revision int64) (etcdstore.Object, error)
+	List(ctx context.Context, resource, namespace string, revision int64) (etcdstore.ListResult, error)
+	Create(ctx context.Context, ref etcdstore.Ref, value []byte) (int64, error)
+	Update(ctx context.Context, ref etcdstore.Ref, value []byte, revision int64) (int64, error)
+	Delete(ctx context.Context, ref etcdstore.Ref, revision int64) (int64, error)
+}
+
+// maxDeleteAttempts bounds the re-reads of a delete that races other writes.
+const maxDeleteAttempts = 10
+
+// storageCodec writes objects to etcd as JSON with apiVersion and kind, so
+// etcdctl users can read them; resourceVersion is never stored (it is the
+// key's ModRevision).
+var storageCodec = jsonserializer.NewSerializerWithOptions(jsonserializer.DefaultMetaFactory, Scheme, Scheme, jsonserializer.SerializerOptions{})
+
+// Store implements get, list, create, replace and delete for one resource.
+// Errors it returns are *apierrors.StatusError, or internal errors.
+type Store struct {
+	Resource *Resource
+	storage  Storage
+}
+
+// NewStore returns the store of res over storage.
+func NewStore(storage Storage, res *Resource) *Store {
+	return &Store{Resource: res, storage: storage}
+}
+
+// NewStores returns a store for every declared resource.
+func NewStores(storage Storage) []*Store {
+	stores := make([]*Store, 0, len(Resources))
+	for _, res := range Resources {
+		stores = append(stores, NewStore(storage, res))
+	}
+	return stores
+}
+
+func (s *Store) ref(namespace, name string) etcdstore.Ref {
+	if !s.Resource.Namespaced {
+		namespace = ""
+	}
+	return etcdstore.Ref{Resource: s.Resource.Plural, Namespace: namespace, Name: name}
+}
+
+// Get reads one object with a linearizable read.
+func (s *Store) Get(ctx context.Context, namespace, name string) (Object, error) {
+	stored, err := s.storage.Get(ctx, s.ref(namespace, name), 0)
+	if err != nil {
+		return nil, toStatus(err, s.Resource.GroupResource(), name)
+	}
+	return s.decode(stored)
+}
+
+// List reads every object in namespace (all namespaces when empty) with a
+// linearizable read; the list's resourceVersion is the etcd revision read at.
+func (s *Store) List(ctx context.Context, namespace string) (runtime.Object, error) {
+	res, err := s.storage.List(ctx, s.Resource.Plural, namespace, 0)
+	if err != nil {
+		return nil, toStatus(err, s.Resource.GroupResource(), "")
+	}
+	items := make([]runtime.Object, 0, len(res.Objects))
+	for _, stored := range res.Objects {
+		obj, err := s.decode(stored)
+		if err != nil {
+			return nil, err
+		}
+		items = append(items, obj)
+	}
+	list := s.Resource.NewList()
+	if err := meta.SetList(list, items); err != nil {
+		return nil, fmt.Errorf("set list items: %w", err)
+	}
+	listMeta, err := meta.ListAccessor(list)
+	if err != nil {
+		return nil, fmt.Errorf("list metadata: %w", err)
+	}
+	listMeta.SetResourceVersion(strconv.FormatInt(res.Revision, 10))
+	return list, nil
+}
+
+// Create validates and stores a new object in namespace. The etcd write
+// succeeds only if the key does not exist.
+func (s *Store) Create(ctx context.Context, namespace string, obj Object) (Object, error) {
+	if obj.GetResourceVersion() != "" {
+		return nil, apierrors.NewBadRequest("create cannot set resourceVersion")
+	}
+	if err := s.checkNamespace(namespace, obj); err != nil {
+		return nil, err
+	}
+	obj.SetUID(types.UID(uuid.NewString()))
+	obj.SetCreationTimestamp(metav1.NewTime(time.Now().Truncate(time.Second)))
+	obj.SetDeletionTimestamp(nil)
+	obj.SetDeletionGracePeriodSeconds(nil)
+	obj.SetGeneration(0)
+	s.Resource.Strategy.PrepareForCreate(obj)
+	errs := apivalidation.ValidateObjectMetaAccessor(obj, s.Resource.Namespaced, s.Resource.NameValidation, field.NewPath("metadata"))
+	errs = append(errs, s.Resource.Strategy.Validate(obj)...)
+	if len(errs) > 0 {
+		return nil, apierrors.NewInvalid(s.Resource.GroupVersionKind().GroupKind(), obj.GetName(), errs)
+	}
+	value, err := s.encode(obj)
+	if err != nil {
+		return nil, err
+	}
+	rev, err := s.storage.Create(ctx, s.ref(namespace, obj.GetName()), value)
+	if err != nil {
+		return nil, toStatus(err, s.Resource.GroupResource(), obj.GetName())
+	}
+	obj.SetResourceVersion(strconv.FormatInt(rev, 10))
+	return obj, nil
+}
+
+// Update replaces the object at namespace/name with obj, which must carry
+// the resourceVersion it was read at. The write is one etcd transaction that
+// succeeds only if the stored revision still equals that resourceVersion;
+// otherwise the answer is 409 Conflict and nothing is written.
+func (s *Store) Update(ctx context.Context, namespace, name string, obj Object) (Object, error) {
+	gr := s.Resource.GroupResource()
+	if obj.GetName() != name {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("the name of the object (%s) does not match the name on the URL (%s)", obj.GetName(), name))
+	}
+	if err := s.checkNamespace(namespace, obj); err != nil {
+		return nil, err
+	}
+	if obj.GetResourceVersion() == "" {
+		return nil, newPreconditionRequired(fmt.Sprintf(
+			"%s %q: an update must say which version it replaces: send metadata.resourceVersion from the object you read (or an If-Match header)", gr, name))
+	}
+	rev, err := strconv.ParseInt(obj.GetResourceVersion(), 10, 64)
+	if err != nil || rev <= 0 {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("invalid resourceVersion %q: send the value read from the server unchanged", obj.GetResourceVersion()))
+	}
+
+	stored, err := s.storage.Get(ctx, s.ref(namespace, name), 0)
+	if err != nil {
+		return nil, toStatus(err, gr, name)
+	}
+	if stored.Revision != rev {
+		return nil, apierrors.NewConflict(gr, name, errors.New(OptimisticLockErrorMsg))
+	}
+	old, err := s.decode(stored)
+	if err != nil {
+		return nil, err
+	}
+	if uid := obj.GetUID(); uid != "" && uid != old.GetUID() {
+		return nil, apierrors.NewConflict(gr, name, fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", uid, old.GetUID()))
+	}
+	// What the system owns is carried over from storage, whatever the body says.
+	obj.SetUID(old.GetUID())
+	obj.SetCreationTimestamp(old.GetCreationTimestamp())
+	obj.SetDeletionTimestamp(old.GetDeletionTimestamp())
+	obj.SetDeletionGracePeriodSeconds(old.GetDeletionGracePeriodSeconds())
+	obj.SetGeneration(old.GetGeneration())
+	s.Resource.Strategy.PrepareForUpdate(obj, old)
+	errs := apivalidation.ValidateObjectMetaAccessor(obj, s.Resource.Namespaced, s.Resource.NameValidation, field.NewPath("metadata"))
+	errs = append(errs, apivalidation.ValidateObjectMetaAccessorUpdate(obj, old, field.NewPath("metadata"))...)
+	errs = append(errs, s.Resource.Strategy.ValidateUpdate(obj, old)...)
+	if len(errs) > 0 {
+		return nil, apierrors.NewInvalid(s.Resource.GroupVersionKind().GroupKind(), name, errs)
+	}
+	value, err := s.encode(obj)
+	if err != nil {
+		return nil, err
+	}
+	if bytes.Equal(value, stored.Value) {
+		// As kube-apiserver: an update that changes nothing writes nothing.
+		return old, nil
+	}
+	newRev, err := s.storage.Update(ctx, s.ref(namespace, name), value, rev)
+	if err != nil {
+		return nil, toStatus(err, gr, name)
+	}
+	obj.SetResourceVersion(strconv.FormatInt(newRev, 10))
+	return obj, nil
+}
+
+// Delete removes namespace/name if opts' preconditions (uid,
+// resourceVersion) hold. The delete is one etcd transaction on the revision
+// the preconditions were checked against; if another write lands in between,
+// it re-reads and checks again.
+func (s *Store) Delete(ctx context.Context, namespace, name string, opts *metav1.DeleteOptions) (*metav1.Status, error) {
+	gr := s.Resource.GroupResource()
+	for range maxDeleteAttempts {
+		stored, err := s.storage.Get(ctx, s.ref(namespace, name), 0)
+		if err != nil {
+			return nil, toStatus(err, gr, name)
+		}
+		obj, err := s.decode(stored)
+		if err != nil {
+			return nil, err
+		}
+		if err := checkPreconditions(opts, obj); err != nil {
+			return nil, apierrors.NewConflict(gr, name, err)
+		}
+		_, err = s.storage.Delete(ctx, s.ref(namespace, name), stored.Revision)
+		if errors.Is(err, etcdstore.ErrConflict) {
+			continue
+		}
+		if err != nil {
+			return nil, toStatus(err, gr, name)
+		}
+		return &metav1.Status{
+			Status: metav1.StatusSuccess,
+			Details: &metav1.StatusDetails{
+				Name:  name,
+				Group: gr.Group,
+				Kind:  gr.Resource,
+				UID:   obj.GetUID(),
+			},
+		}, nil
+	}
+	return nil, apierrors.NewConflict(gr, name, errors.New(OptimisticLockErrorMsg))
+}
+
+func checkPreconditions(opts *metav1.DeleteOptions, obj Object) error {
+	if opts == nil || opts.Preconditions == nil {
+		return nil
+	}
+	p := opts.Preconditions
+	if p.UID != nil && *p.UID != obj.GetUID() {
+		return fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", *p.UID, obj.GetUID())
+	}
+	if p.ResourceVersion != nil && *p.ResourceVersion != obj.GetResourceVersion() {
+		return fmt.Errorf("Precondition failed: ResourceVersion in precondition: %v, ResourceVersion in object meta: %v", *p.ResourceVersion, obj.GetResourceVersion())
+	}
+	return nil
+}
+
+// checkNamespace fills an empty namespace from the URL and refuses a
+// different one, as kube-apiserver's BeforeCreate and BeforeUpdate do.
+func (s *Store) checkNamespace(namespace string, obj Object) error {
+	if !s.Resource.Namespaced {
+		obj.SetNamespace("")
+		return nil
+	}
+	switch obj.GetNamespace() {
+	case "":
+		obj.SetNamespace(namespace)
+	case namespace:
+	default:
+		return apierrors.NewBadRequest("the namespace of the provided object does not match the namespace sent on the request")
+	}
+	return nil
+}
+
+func (s *Store) encode(obj Object) ([]byte, error) {
+	obj.GetObjectKind().SetGroupVersionKind(s.Resource.GroupVersionKind())
+	rv := obj.GetResourceVersion()
+	obj.SetResourceVersion("")
+	defer obj.SetResourceVersion(rv)
+	var buf bytes.Buffer
+	if err := storageCodec.Encode(obj, &buf); err != nil {
+		return nil, fmt.Errorf("encode %s %s: %w", s.Resource.Kind, obj.GetName(), err)
+	}
+	return buf.Bytes(), nil
+}
+
+func (s *Store) decode(stored etcdstore.Object) (Object, error) {
+	gvk := s.Resource.GroupVersionKind()
+	out, _, err := storageCodec.Decode(stored.Value, &gvk, s.Resource.New())
+	if err != nil {
+		return nil, fmt.Errorf("decode stored %s: %w", s.Resource.Kind, err)
+	}
+	obj, ok := out.(Object)
+	if !ok {
+		return nil, fmt.Errorf("decode stored %s: got %T", s.Resource.Kind, out)
+	}
+	obj.SetResourceVersion(strconv.FormatInt(stored.Revision, 10))
+	return obj, nil
+}
