@@ -1,0 +1,128 @@
+package apiserver_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/concord-dev/concord/apiserver"
+	"github.com/concord-dev/concord/etcdstore"
+	"github.com/concord-dev/concord/etcdstore/etcdtest"
+	"github.com/concord-dev/concord/registry"
+)
+
+// testServer is Concord's handler on a real loopback HTTP server over a
+// real embedded etcd.
+type testServer struct {
+	URL  string
+	Etcd *etcdtest.Etcd
+}
+
+func startServer(t *testing.T) *testServer {
+	t.Helper()
+	e := etcdtest.Start(t)
+	handler := apiserver.New(apiserver.Config{
+		Stores: registry.NewStores(etcdstore.New(e.Client, "/registry")),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	srv := httptest.NewServer(handler)
+	t.Cleanup(srv.Close)
+	return &testServer{URL: srv.URL, Etcd: e}
+}
+
+// response is what a test needs of an HTTP answer.
+type response struct {
+	Code   int
+	Header http.Header
+	Body   []byte
+}
+
+// do sends one request; body may be nil, a string, []byte or a value that is
+// encoded as JSON.
+func (s *testServer) do(t *testing.T, method, path string, body any, header ...string) response {
+	t.Helper()
+	var reader io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		reader = bytes.NewBufferString(b)
+	case []byte:
+		reader = bytes.NewReader(b)
+	default:
+		data, err := json.Marshal(b)
+		if err != nil {
+			t.Fatalf("encode body: %v", err)
+		}
+		reader = bytes.NewReader(data)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, s.URL+path, reader)
+	if err != nil {
+		t.Fatalf("new request: %v", err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: read body: %v", method, path, err)
+	}
+	return response{Code: resp.StatusCode, Header: resp.Header, Body: data}
+}
+
+// status decodes the body as a Status and fails the test if it is not one.
+func (r response) status(t *testing.T) metav1.Status {
+	t.Helper()
+	var st metav1.Status
+	if err := json.Unmarshal(r.Body, &st); err != nil || st.Kind != "Status" || st.APIVersion != "v1" {
+		t.Fatalf("body is not a v1 Status (%v): %s", err, r.Body)
+	}
+	// A Failure carries the HTTP code; kube-apiserver's delete Success does not.
+	if st.Status == metav1.StatusFailure && st.Code != int32(r.Code) {
+		t.Errorf("Status.code = %d; want the HTTP code %d", st.Code, r.Code)
+	}
+	return st
+}
+
+// decode decodes the body as JSON into v.
+func (r response) decode(t *testing.T, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.Body, v); err != nil {
+		t.Fatalf("decode %T: %v: %s", v, err, r.Body)
+	}
+}
+
+// storedKeys returns the raw etcd keys under prefix, to assert what was
+// (not) written.
+func (s *testServer) storedKeys(t *testing.T, prefix string) map[string]string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := s.Etcd.Client.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		t.Fatalf("etcd get %s: %v", prefix, err)
+	}
+	out := map[string]string{}
+	for _, kv := range resp.Kvs {
+		out[string(kv.Key)] = string(kv.Value)
+	}
+	return out
+}
