@@ -387,8 +387,13 @@ func TestBadInputIsRefusedWithStatusAndNothingStored(t *testing.T) {
 			prefix: "only the following media types are accepted",
 		},
 		{
-			name: "29a GET with labelSelector", method: http.MethodGet, path: ns + "?labelSelector=a%3Db",
+			name: "29a GET with a malformed labelSelector", method: http.MethodGet, path: ns + "?labelSelector=a%3D%3D%3Db",
 			code: http.StatusBadRequest, reason: metav1.StatusReasonBadRequest,
+		},
+		{
+			name: "29d GET with an unknown fieldSelector field", method: http.MethodGet, path: ns + "?fieldSelector=data.k%3Dv",
+			code: http.StatusBadRequest, reason: metav1.StatusReasonBadRequest,
+			message: `"data.k" is not a known field selector: only "metadata.name", "metadata.namespace"`,
 		},
 		{
 			name: "29b GET with watch", method: http.MethodGet, path: ns + "?watch=true",

@@ -6,6 +6,9 @@ import (
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
+	metainternalversionscheme "k8s.io/apimachinery/pkg/apis/meta/internalversion/scheme"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/api/validation/path"
 
 	"github.com/gorilla/mux"
@@ -21,7 +24,7 @@ type resourceHandler struct {
 // unsupportedQuery are parameters Concord does not implement yet. They are
 // refused rather than ignored: ignoring a selector or dryRun would silently
 // return or change the wrong objects.
-var unsupportedQuery = []string{"watch", "labelSelector", "fieldSelector", "dryRun", "resourceVersionMatch", "continue", "sendInitialEvents"}
+var unsupportedQuery = []string{"watch", "dryRun"}
 
 func (h *resourceHandler) collection(w http.ResponseWriter, r *http.Request) {
 	namespace, allNamespaces := mux.Vars(r)["namespace"], false
@@ -38,7 +41,12 @@ func (h *resourceHandler) collection(w http.ResponseWriter, r *http.Request) {
 	}
 	switch r.Method {
 	case http.MethodGet:
-		list, err := h.store.List(r.Context(), namespace)
+		var opts metainternalversion.ListOptions
+		if err := metainternalversionscheme.ParameterCodec.DecodeParameters(r.URL.Query(), metav1.SchemeGroupVersion, &opts); err != nil {
+			writeError(w, r, apierrors.NewBadRequest(err.Error()))
+			return
+		}
+		list, err := h.store.List(r.Context(), namespace, &opts)
 		if err != nil {
 			writeError(w, r, err)
 			return

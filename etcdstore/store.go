@@ -28,15 +28,31 @@ type Ref struct {
 
 // Object is a stored value and the etcd ModRevision it was written at.
 type Object struct {
+	// Key is the key relative to the list prefix (set by List only).
+	Key      string
 	Value    []byte
 	Revision int64
 }
 
-// ListResult holds the objects under a prefix, in key order, and the etcd
-// revision the range was read at.
-type ListResult struct {
-	Objects  []Object
+// ListOptions selects what a List reads.
+type ListOptions struct {
+	// Revision 0 reads the latest state with a linearizable read; otherwise
+	// the range is read at that revision.
 	Revision int64
+	// Limit bounds the number of objects returned; 0 means all.
+	Limit int64
+	// Start is where the range begins (inclusive), relative to the list
+	// prefix: the Next of a previous page.
+	Start string
+}
+
+// ListResult holds objects under a prefix, in key order.
+type ListResult struct {
+	Objects []Object
+	// Revision is the etcd revision the range was read at.
+	Revision int64
+	// Remaining counts the objects after this page.
+	Remaining int64
 }
 
 // Store keeps objects in etcd under a key prefix.
@@ -71,24 +87,27 @@ func (s *Store) Get(ctx context.Context, ref Ref, revision int64) (Object, error
 	return object(resp.KV), nil
 }
 
-// List reads every object of a resource in one namespace, or in all
-// namespaces when namespace is empty, as one consistent range. With revision
-// 0 the read is linearizable; otherwise it is read at that revision
-// (ErrCompacted or ErrFutureRevision when that is not possible). The result
-// carries the revision the range was read at.
-func (s *Store) List(ctx context.Context, resource, namespace string, revision int64) (ListResult, error) {
+// List reads the objects of a resource in one namespace, or in all
+// namespaces when namespace is empty, as one consistent range. A revision
+// that is compacted gives ErrCompacted; one newer than the store's,
+// ErrFutureRevision.
+func (s *Store) List(ctx context.Context, resource, namespace string, opts ListOptions) (ListResult, error) {
 	prefix, err := s.listPrefix(resource, namespace)
 	if err != nil {
 		return ListResult{}, err
 	}
-	resp, err := s.kv.List(ctx, prefix, kubernetes.ListOptions{Revision: revision})
+	// The range end is the prefix's end, so no Start can read outside it.
+	resp, err := s.kv.List(ctx, prefix, kubernetes.ListOptions{Revision: opts.Revision, Limit: opts.Limit, Continue: prefix + opts.Start})
 	if err != nil {
 		return ListResult{}, storeError("list", prefix, err)
 	}
 	out := ListResult{Objects: make([]Object, 0, len(resp.Kvs)), Revision: resp.Revision}
 	for _, kv := range resp.Kvs {
-		out.Objects = append(out.Objects, object(kv))
+		o := object(kv)
+		o.Key = strings.TrimPrefix(string(kv.Key), prefix)
+		out.Objects = append(out.Objects, o)
 	}
+	out.Remaining = resp.Count - int64(len(resp.Kvs))
 	return out, nil
 }
 

@@ -107,7 +107,7 @@ func TestListIsolatesNamespacesAndReportsRevision(t *testing.T) {
 		{"empty", nil},
 	}
 	for _, tc := range tests {
-		res, err := s.List(ctx, "configmaps", tc.namespace, 0)
+		res, err := s.List(ctx, "configmaps", tc.namespace, etcdstore.ListOptions{})
 		if err != nil {
 			t.Fatalf("List(%q): %v", tc.namespace, err)
 		}
@@ -152,7 +152,7 @@ func TestInvalidKeysNeverReachEtcd(t *testing.T) {
 			t.Errorf("Get(%+v) = %v; want ErrInvalidKey", ref, err)
 		}
 	}
-	if _, err := s.List(ctx, "configmaps", "..", 0); !errors.Is(err, etcdstore.ErrInvalidKey) {
+	if _, err := s.List(ctx, "configmaps", "..", etcdstore.ListOptions{}); !errors.Is(err, etcdstore.ErrInvalidKey) {
 		t.Errorf("List(..) = %v; want ErrInvalidKey", err)
 	}
 	all, err := e.Client.Get(ctx, "\x00", clientv3.WithFromKey())
@@ -179,16 +179,16 @@ func TestReadsAtCompactedOrFutureRevision(t *testing.T) {
 	if _, err := e.Client.Compact(ctx, rev2); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.List(ctx, "configmaps", "default", rev1); !errors.Is(err, etcdstore.ErrCompacted) {
+	if _, err := s.List(ctx, "configmaps", "default", etcdstore.ListOptions{Revision: rev1}); !errors.Is(err, etcdstore.ErrCompacted) {
 		t.Errorf("List at compacted revision = %v; want ErrCompacted", err)
 	}
 	if _, err := s.Get(ctx, ref, rev1); !errors.Is(err, etcdstore.ErrCompacted) {
 		t.Errorf("Get at compacted revision = %v; want ErrCompacted", err)
 	}
-	if _, err := s.List(ctx, "configmaps", "default", rev2+100); !errors.Is(err, etcdstore.ErrFutureRevision) {
+	if _, err := s.List(ctx, "configmaps", "default", etcdstore.ListOptions{Revision: rev2 + 100}); !errors.Is(err, etcdstore.ErrFutureRevision) {
 		t.Errorf("List at future revision = %v; want ErrFutureRevision", err)
 	}
-	res, err := s.List(ctx, "configmaps", "default", rev2)
+	res, err := s.List(ctx, "configmaps", "default", etcdstore.ListOptions{Revision: rev2})
 	if err != nil || len(res.Objects) != 1 || string(res.Objects[0].Value) != "2" {
 		t.Errorf("List at compaction revision = %+v, %v; want the one object", res, err)
 	}

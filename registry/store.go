@@ -10,10 +10,8 @@ import (
 
 	"github.com/google/uuid"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	jsonserializer "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -25,7 +23,7 @@ import (
 // it; see there for the contract of each method.
 type Storage interface {
 	Get(ctx context.Context, ref etcdstore.Ref, revision int64) (etcdstore.Object, error)
-	List(ctx context.Context, resource, namespace string, revision int64) (etcdstore.ListResult, error)
+	List(ctx context.Context, resource, namespace string, opts etcdstore.ListOptions) (etcdstore.ListResult, error)
 	Create(ctx context.Context, ref etcdstore.Ref, value []byte) (int64, error)
 	Update(ctx context.Context, ref etcdstore.Ref, value []byte, revision int64) (int64, error)
 	Delete(ctx context.Context, ref etcdstore.Ref, revision int64) (int64, error)
@@ -74,33 +72,6 @@ func (s *Store) Get(ctx context.Context, namespace, name string) (Object, error)
 		return nil, toStatus(err, s.Resource.GroupResource(), name)
 	}
 	return s.decode(stored)
-}
-
-// List reads every object in namespace (all namespaces when empty) with a
-// linearizable read; the list's resourceVersion is the etcd revision read at.
-func (s *Store) List(ctx context.Context, namespace string) (runtime.Object, error) {
-	res, err := s.storage.List(ctx, s.Resource.Plural, namespace, 0)
-	if err != nil {
-		return nil, toStatus(err, s.Resource.GroupResource(), "")
-	}
-	items := make([]runtime.Object, 0, len(res.Objects))
-	for _, stored := range res.Objects {
-		obj, err := s.decode(stored)
-		if err != nil {
-			return nil, err
-		}
-		items = append(items, obj)
-	}
-	list := s.Resource.NewList()
-	if err := meta.SetList(list, items); err != nil {
-		return nil, fmt.Errorf("set list items: %w", err)
-	}
-	listMeta, err := meta.ListAccessor(list)
-	if err != nil {
-		return nil, fmt.Errorf("list metadata: %w", err)
-	}
-	listMeta.SetResourceVersion(strconv.FormatInt(res.Revision, 10))
-	return list, nil
 }
 
 // Create validates and stores a new object in namespace. The etcd write

@@ -1,0 +1,201 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
+	"k8s.io/apimachinery/pkg/apis/meta/internalversion/validation"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/concord-dev/concord/etcdstore"
+)
+
+// maxPageSize bounds how many keys one read fetches while filling a page
+// whose selector skips objects (kube-apiserver's value).
+const maxPageSize = 10000
+
+// continueExpiredMsg is kube-apiserver's message for a compacted continue.
+const continueExpiredMsg = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list."
+
+// selectableFields are the fields a fieldSelector may name.
+var selectableFields = []string{"metadata.name", "metadata.namespace"}
+
+// filter is a list or watch's label and field selection.
+type filter struct {
+	labels labels.Selector
+	fields fields.Selector
+}
+
+func newFilter(opts *metainternalversion.ListOptions) (filter, error) {
+	f := filter{labels: opts.LabelSelector, fields: opts.FieldSelector}
+	if f.labels == nil {
+		f.labels = labels.Everything()
+	}
+	if f.fields == nil {
+		f.fields = fields.Everything()
+	}
+	for _, req := range f.fields.Requirements() {
+		if req.Field != selectableFields[0] && req.Field != selectableFields[1] {
+			return filter{}, apierrors.NewBadRequest(fmt.Sprintf("%q is not a known field selector: only %q, %q", req.Field, selectableFields[0], selectableFields[1]))
+		}
+	}
+	return f, nil
+}
+
+func (f filter) everything() bool { return f.labels.Empty() && f.fields.Empty() }
+
+func (f filter) matches(obj Object) bool {
+	return f.labels.Matches(labels.Set(obj.GetLabels())) &&
+		f.fields.Matches(fields.Set{"metadata.name": obj.GetName(), "metadata.namespace": obj.GetNamespace()})
+}
+
+// validateListOptions applies kube-apiserver's ListOptions validation (422
+// Invalid of kind ListOptions) and selector checks (400).
+func validateListOptions(opts *metainternalversion.ListOptions) (filter, error) {
+	if errs := validation.ValidateListOptions(opts, true); len(errs) > 0 {
+		return filter{}, apierrors.NewInvalid(schema.GroupKind{Group: metav1.GroupName, Kind: "ListOptions"}, "", errs)
+	}
+	return newFilter(opts)
+}
+
+func parseResourceVersion(rv string) (int64, error) {
+	if rv == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(rv, 10, 64)
+	if err != nil || n < 0 {
+		return 0, apierrors.NewBadRequest(fmt.Sprintf("invalid resourceVersion %q: send a value read from the server unchanged", rv))
+	}
+	return n, nil
+}
+
+func tooLargeResourceVersion(want, current int64) *apierrors.StatusError {
+	err := apierrors.NewTimeoutError(fmt.Sprintf("Too large resource version: %d, current: %d", want, current), 1)
+	err.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: metav1.CauseTypeResourceVersionTooLarge, Message: "Too large resource version"}}
+	return err
+}
+
+// List reads the objects of namespace (all namespaces when empty) as one
+// consistent snapshot, with kube-apiserver's resourceVersion, limit/continue
+// and selector semantics. The list's resourceVersion is the etcd revision
+// the snapshot was read at.
+func (s *Store) List(ctx context.Context, namespace string, opts *metainternalversion.ListOptions) (runtime.Object, error) {
+	f, err := validateListOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	rv, err := parseResourceVersion(opts.ResourceVersion)
+	if err != nil {
+		return nil, err
+	}
+
+	// readRev 0 reads the latest state; minRev is what that state must reach.
+	var readRev, minRev int64
+	var start string
+	switch {
+	case opts.Continue != "":
+		if rv != 0 {
+			return nil, apierrors.NewBadRequest("specifying resource version is not allowed when using continue")
+		}
+		if start, readRev, err = decodeContinue(opts.Continue); err != nil {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("invalid continue token: %v", err))
+		}
+		if readRev < 0 { // "continue at latest", from a 410 answer
+			readRev = 0
+		}
+	case rv == 0:
+	case opts.ResourceVersionMatch == metav1.ResourceVersionMatchExact,
+		opts.ResourceVersionMatch == "" && opts.Limit > 0: // legacy: paged lists at N are Exact
+		readRev = rv
+	default: // NotOlderThan
+		minRev = rv
+	}
+
+	var items []runtime.Object
+	var lastKey string
+	var token string
+	var remaining *int64
+	pageSize := opts.Limit
+	for {
+		res, err := s.storage.List(ctx, s.Resource.Plural, namespace, etcdstore.ListOptions{Revision: readRev, Limit: pageSize, Start: start})
+		if err != nil {
+			return nil, s.listError(ctx, err, opts, start, rv)
+		}
+		if readRev == 0 {
+			if res.Revision < minRev {
+				return nil, tooLargeResourceVersion(minRev, res.Revision)
+			}
+			readRev = res.Revision // every further page reads the same snapshot
+		}
+		for i, stored := range res.Objects {
+			obj, err := s.decode(stored)
+			if err != nil {
+				return nil, err
+			}
+			lastKey = stored.Key
+			if !f.matches(obj) {
+				continue
+			}
+			items = append(items, obj)
+			if opts.Limit > 0 && int64(len(items)) == opts.Limit {
+				left := res.Remaining + int64(len(res.Objects)-1-i)
+				if left > 0 {
+					token = encodeContinue(lastKey+"\x00", readRev)
+					if f.everything() {
+						remaining = &left
+					}
+				}
+				return s.newList(items, readRev, token, remaining)
+			}
+		}
+		if opts.Limit == 0 || res.Remaining == 0 || len(res.Objects) == 0 {
+			return s.newList(items, readRev, "", nil)
+		}
+		// The selector skipped objects: read on, in larger pages.
+		start = lastKey + "\x00"
+		pageSize = min(pageSize*2, maxPageSize)
+	}
+}
+
+// listError is where a list's storage errors become Status errors.
+func (s *Store) listError(ctx context.Context, err error, opts *metainternalversion.ListOptions, start string, rv int64) error {
+	switch {
+	case errors.Is(err, etcdstore.ErrCompacted) && opts.Continue != "":
+		st := apierrors.NewResourceExpired(continueExpiredMsg)
+		st.ErrStatus.ListMeta.Continue = encodeContinue(start, -1)
+		return st
+	case errors.Is(err, etcdstore.ErrCompacted):
+		return apierrors.NewResourceExpired("The resourceVersion for the provided list is too old.")
+	case errors.Is(err, etcdstore.ErrFutureRevision):
+		current, curErr := s.storage.List(ctx, s.Resource.Plural, "", etcdstore.ListOptions{Limit: 1})
+		if curErr != nil {
+			return toStatus(curErr, s.Resource.GroupResource(), "")
+		}
+		return tooLargeResourceVersion(rv, current.Revision)
+	}
+	return toStatus(err, s.Resource.GroupResource(), "")
+}
+
+func (s *Store) newList(items []runtime.Object, rev int64, token string, remaining *int64) (runtime.Object, error) {
+	list := s.Resource.NewList()
+	if err := meta.SetList(list, items); err != nil {
+		return nil, fmt.Errorf("set list items: %w", err)
+	}
+	listMeta, err := meta.ListAccessor(list)
+	if err != nil {
+		return nil, fmt.Errorf("list metadata: %w", err)
+	}
+	listMeta.SetResourceVersion(strconv.FormatInt(rev, 10))
+	listMeta.SetContinue(token)
+	listMeta.SetRemainingItemCount(remaining)
+	return list, nil
+}
