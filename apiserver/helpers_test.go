@@ -31,7 +31,7 @@ func startServer(t *testing.T) *testServer {
 	t.Helper()
 	e := etcdtest.Start(t)
 	handler := apiserver.New(apiserver.Config{
-		Stores: registry.NewStores(etcdstore.New(e.Client, "/registry")),
+		Stores: registry.NewStores(etcdstore.New(e.Client, "/registry"), registry.DefaultWatchConfig()),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	srv := httptest.NewServer(handler)

@@ -24,7 +24,7 @@ type resourceHandler struct {
 // unsupportedQuery are parameters Concord does not implement yet. They are
 // refused rather than ignored: ignoring a selector or dryRun would silently
 // return or change the wrong objects.
-var unsupportedQuery = []string{"watch", "dryRun"}
+var unsupportedQuery = []string{"dryRun"}
 
 func (h *resourceHandler) collection(w http.ResponseWriter, r *http.Request) {
 	namespace, allNamespaces := mux.Vars(r)["namespace"], false
@@ -41,12 +41,16 @@ func (h *resourceHandler) collection(w http.ResponseWriter, r *http.Request) {
 	}
 	switch r.Method {
 	case http.MethodGet:
-		var opts metainternalversion.ListOptions
-		if err := metainternalversionscheme.ParameterCodec.DecodeParameters(r.URL.Query(), metav1.SchemeGroupVersion, &opts); err != nil {
-			writeError(w, r, apierrors.NewBadRequest(err.Error()))
+		opts, err := listOptions(r)
+		if err != nil {
+			writeError(w, r, err)
 			return
 		}
-		list, err := h.store.List(r.Context(), namespace, &opts)
+		if opts.Watch {
+			h.serveWatch(w, r, namespace, "", opts)
+			return
+		}
+		list, err := h.store.List(r.Context(), namespace, opts)
 		if err != nil {
 			writeError(w, r, err)
 			return
@@ -86,6 +90,10 @@ func (h *resourceHandler) item(w http.ResponseWriter, r *http.Request) {
 	}
 	switch r.Method {
 	case http.MethodGet:
+		if isWatch(r) {
+			h.legacyWatch(w, r)
+			return
+		}
 		obj, err := h.store.Get(r.Context(), namespace, name)
 		if err != nil {
 			writeError(w, r, err)
@@ -123,6 +131,34 @@ func (h *resourceHandler) item(w http.ResponseWriter, r *http.Request) {
 	default:
 		h.methodNotAllowed(w, r, verb(r.Method))
 	}
+}
+
+// legacyWatch serves /watch/ paths and ?watch on an object's path.
+func (h *resourceHandler) legacyWatch(w http.ResponseWriter, r *http.Request) {
+	vars := mux.Vars(r)
+	namespace, name := vars["namespace"], vars["name"]
+	if r.Method != http.MethodGet {
+		h.methodNotAllowed(w, r, verb(r.Method))
+		return
+	}
+	if err := checkPathSegments(namespace, name); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	opts, err := listOptions(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	h.serveWatch(w, r, namespace, name, opts)
+}
+
+func listOptions(r *http.Request) (*metainternalversion.ListOptions, error) {
+	var opts metainternalversion.ListOptions
+	if err := metainternalversionscheme.ParameterCodec.DecodeParameters(r.URL.Query(), metav1.SchemeGroupVersion, &opts); err != nil {
+		return nil, apierrors.NewBadRequest(err.Error())
+	}
+	return &opts, nil
 }
 
 func (h *resourceHandler) decode(w http.ResponseWriter, r *http.Request) (registry.Object, error) {

@@ -68,10 +68,16 @@ func installResource(router *mux.Router, store *registry.Store) {
 		router.Handle(base+"/namespaces/{namespace}/"+res.Plural, http.HandlerFunc(h.collection))
 		router.Handle(base+"/namespaces/{namespace}/"+res.Plural+"/{name}", http.HandlerFunc(h.item))
 		router.Handle(base+"/"+res.Plural, http.HandlerFunc(h.collection)) // all namespaces
+		// Deprecated watch paths, still used by some clients.
+		router.Handle(base+"/watch/namespaces/{namespace}/"+res.Plural, http.HandlerFunc(h.legacyWatch))
+		router.Handle(base+"/watch/namespaces/{namespace}/"+res.Plural+"/{name}", http.HandlerFunc(h.legacyWatch))
+		router.Handle(base+"/watch/"+res.Plural, http.HandlerFunc(h.legacyWatch))
 		return
 	}
 	router.Handle(base+"/"+res.Plural, http.HandlerFunc(h.collection))
 	router.Handle(base+"/"+res.Plural+"/{name}", http.HandlerFunc(h.item))
+	router.Handle(base+"/watch/"+res.Plural, http.HandlerFunc(h.legacyWatch))
+	router.Handle(base+"/watch/"+res.Plural+"/{name}", http.HandlerFunc(h.legacyWatch))
 }
 
 // withRequestContext puts a deadline and a logger on every request, logs
@@ -79,7 +85,10 @@ func installResource(router *mux.Router, store *registry.Store) {
 func withRequestContext(next http.Handler, log *slog.Logger, timeout time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		ctx, cancel := context.WithTimeout(r.Context(), timeout)
+		ctx, cancel := r.Context(), context.CancelFunc(func() {})
+		if !isWatch(r) {
+			ctx, cancel = context.WithTimeout(ctx, timeout)
+		}
 		defer cancel()
 		ctx = context.WithValue(ctx, loggerKey{}, log)
 		r = r.WithContext(ctx)
@@ -110,3 +119,8 @@ func (s *statusRecorder) WriteHeader(code int) {
 
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// contextWithTimeout bounds a request by d from now.
+func contextWithTimeout(r *http.Request, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), d)
+}

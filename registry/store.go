@@ -27,6 +27,8 @@ type Storage interface {
 	Create(ctx context.Context, ref etcdstore.Ref, value []byte) (int64, error)
 	Update(ctx context.Context, ref etcdstore.Ref, value []byte, revision int64) (int64, error)
 	Delete(ctx context.Context, ref etcdstore.Ref, revision int64) (int64, error)
+	Watch(ctx context.Context, resource string, from int64) (*etcdstore.Watch, error)
+	CurrentRevision(ctx context.Context) (int64, error)
 }
 
 // maxDeleteAttempts bounds the re-reads of a delete that races other writes.
@@ -42,18 +44,21 @@ var storageCodec = jsonserializer.NewSerializerWithOptions(jsonserializer.Defaul
 type Store struct {
 	Resource *Resource
 	storage  Storage
+	watch    *broadcaster
 }
 
 // NewStore returns the store of res over storage.
-func NewStore(storage Storage, res *Resource) *Store {
-	return &Store{Resource: res, storage: storage}
+func NewStore(storage Storage, res *Resource, cfg WatchConfig) *Store {
+	s := &Store{Resource: res, storage: storage}
+	s.watch = newBroadcaster(s, cfg)
+	return s
 }
 
 // NewStores returns a store for every declared resource.
-func NewStores(storage Storage) []*Store {
+func NewStores(storage Storage, cfg WatchConfig) []*Store {
 	stores := make([]*Store, 0, len(Resources))
 	for _, res := range Resources {
-		stores = append(stores, NewStore(storage, res))
+		stores = append(stores, NewStore(storage, res, cfg))
 	}
 	return stores
 }
@@ -261,6 +266,9 @@ func (s *Store) decode(stored etcdstore.Object) (Object, error) {
 	if !ok {
 		return nil, fmt.Errorf("decode stored %s: got %T", s.Resource.Kind, out)
 	}
-	obj.SetResourceVersion(strconv.FormatInt(stored.Revision, 10))
+	obj.SetResourceVersion(formatRevision(stored.Revision))
 	return obj, nil
 }
+
+// formatRevision is how an etcd revision reads as a resourceVersion.
+func formatRevision(rev int64) string { return strconv.FormatInt(rev, 10) }

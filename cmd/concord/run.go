@@ -62,8 +62,9 @@ func run(ctx context.Context, cfg Config, logOut io.Writer) error {
 	}
 	defer client.Close()
 
+	stores := registry.NewStores(etcdstore.New(client, cfg.EtcdPrefix), registry.DefaultWatchConfig())
 	handler := apiserver.New(apiserver.Config{
-		Stores:         registry.NewStores(etcdstore.New(client, cfg.EtcdPrefix)),
+		Stores:         stores,
 		Logger:         log,
 		RequestTimeout: cfg.RequestTimeout,
 	})
@@ -76,6 +77,14 @@ func run(ctx context.Context, cfg Config, logOut io.Writer) error {
 		// by --request-timeout inside the handler instead.
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+
+	// Shutdown waits for requests to finish; watches end at once, so their
+	// clients reconnect to another replica.
+	srv.RegisterOnShutdown(func() {
+		for _, s := range stores {
+			s.StopWatches()
+		}
+	})
 
 	url := "http://" + kubeconfigHost(ln.Addr().(*net.TCPAddr))
 	if cfg.WriteKubeconfig != "" {

@@ -1,0 +1,100 @@
+package apiserver
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer/streaming"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/concord-dev/concord/registry"
+)
+
+// isWatch tells long-running watch requests from the rest: they get no
+// request timeout, only their own timeoutSeconds.
+func isWatch(r *http.Request) bool {
+	if strings.Contains(r.URL.Path, "/watch/") {
+		return true
+	}
+	w := r.URL.Query().Get("watch")
+	return w == "true" || w == "1"
+}
+
+// serveWatch streams the changes of namespace (all when empty), or of the
+// object name when it is set, as kube-apiserver does: one JSON object per
+// line, or length-prefixed protobuf frames, flushed as they happen.
+func (h *resourceHandler) serveWatch(w http.ResponseWriter, r *http.Request, namespace, name string, opts *metainternalversion.ListOptions) {
+	opts.Watch = true
+	if name != "" {
+		byName := fields.OneTermEqualSelector("metadata.name", name)
+		if opts.FieldSelector == nil || opts.FieldSelector.Empty() {
+			opts.FieldSelector = byName
+		} else {
+			opts.FieldSelector = fields.AndSelectors(opts.FieldSelector, byName)
+		}
+	}
+	info, err := responseSerializer(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if info.StreamSerializer == nil {
+		writeError(w, r, apierrors.NewGenericServerResponse(http.StatusNotAcceptable, "", h.store.Resource.GroupResource(), "",
+			fmt.Sprintf("watch is not available as %s; use %s or %s", info.MediaType, runtime.ContentTypeJSON, runtime.ContentTypeProtobuf), 0, false))
+		return
+	}
+	timeout := registry.DefaultWatchTimeout(rand.Float64())
+	if opts.TimeoutSeconds != nil {
+		timeout = time.Duration(*opts.TimeoutSeconds) * time.Second
+	}
+	stream, err := h.store.Watch(r.Context(), namespace, opts)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+
+	mediaType := info.MediaType
+	if mediaType != runtime.ContentTypeJSON {
+		mediaType += ";stream=watch"
+	}
+	w.Header().Set("Content-Type", mediaType)
+	w.Header().Set("Cache-Control", "no-cache, private")
+	w.WriteHeader(http.StatusOK)
+	flusher := http.NewResponseController(w)
+	if err := flusher.Flush(); err != nil {
+		logger(r).Warn("watch: flush", "err", err)
+		return
+	}
+
+	encoder := streaming.NewEncoder(info.StreamSerializer.Framer.NewFrameWriter(w), info.StreamSerializer.Serializer)
+	var buf bytes.Buffer
+	send := func(ev watch.Event) error {
+		buf.Reset()
+		obj := ev.Object
+		if st, ok := obj.(*metav1.Status); ok {
+			st.Kind, st.APIVersion = "Status", "v1"
+		}
+		if err := info.Serializer.Encode(obj, &buf); err != nil {
+			return fmt.Errorf("encode watch event: %w", err)
+		}
+		out := metav1.WatchEvent{Type: string(ev.Type), Object: runtime.RawExtension{Raw: buf.Bytes()}}
+		if err := encoder.Encode(&out); err != nil {
+			return err
+		}
+		return flusher.Flush()
+	}
+	ctx, cancel := contextWithTimeout(r, timeout)
+	defer cancel()
+	if err := stream.Run(ctx, send); err != nil {
+		logger(r).Debug("watch ended", "err", err)
+	}
+}

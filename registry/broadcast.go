@@ -1,0 +1,256 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/concord-dev/concord/etcdstore"
+)
+
+// WatchConfig tunes the watch fan-out of every resource.
+type WatchConfig struct {
+	// HistorySize is how many recent events a resource keeps, so a watch
+	// from a recent resourceVersion is served from memory. Older revisions
+	// are read from etcd.
+	HistorySize int
+	// BufferSize is how many events may wait for one watcher; a watcher that
+	// falls further behind is closed, so it relists instead of stalling the
+	// others or growing memory.
+	BufferSize int
+	// BookmarkInterval is how often etcd is asked for its progress, which
+	// becomes a BOOKMARK to watchers that allow them.
+	BookmarkInterval time.Duration
+}
+
+// DefaultWatchConfig is what the server runs with.
+func DefaultWatchConfig() WatchConfig {
+	return WatchConfig{HistorySize: 1000, BufferSize: 100, BookmarkInterval: time.Minute}
+}
+
+// event is one change, decoded once and shared (read-only) by all watchers.
+type event struct {
+	rev int64
+	// namespace of the object ("" when cluster-scoped).
+	namespace string
+	// obj is the new state, nil on delete.
+	obj Object
+	// prev is the state before, stamped with rev; nil on create.
+	prev Object
+	// progress marks a report that all changes up to rev were delivered.
+	progress bool
+}
+
+// subscription is one watcher's queue in the fan-out. Only the broadcaster
+// closes ch, under its lock, when it drops the subscription.
+type subscription struct {
+	ch chan *event
+}
+
+// broadcaster fans one etcd watch of a resource out to every watcher of that
+// resource on this replica.
+type broadcaster struct {
+	store *Store
+	cfg   WatchConfig
+
+	mu      sync.Mutex
+	running bool
+	cancel  context.CancelFunc
+	// history holds recent events in revision order and is complete for
+	// every revision after oldest.
+	history []*event
+	oldest  int64
+	subs    map[*subscription]struct{}
+
+	stopOnce sync.Once
+	stopped  chan struct{}
+}
+
+func newBroadcaster(store *Store, cfg WatchConfig) *broadcaster {
+	return &broadcaster{store: store, cfg: cfg, subs: map[*subscription]struct{}{}, stopped: make(chan struct{})}
+}
+
+// ensureRunning starts the etcd watch if it is not running, from far enough
+// back to fill the history, so that a replica that just started can serve
+// watches from recent resourceVersions handed out by others.
+func (b *broadcaster) ensureRunning(ctx context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	select {
+	case <-b.stopped:
+		return errWatchStopped
+	default:
+	}
+	if b.running {
+		return nil
+	}
+	current, err := b.store.storage.CurrentRevision(ctx)
+	if err != nil {
+		return err
+	}
+	start := max(0, current-int64(b.cfg.HistorySize))
+	if start > 0 {
+		// Only replay history etcd still has.
+		_, err := b.store.storage.List(ctx, b.store.Resource.Plural, "", etcdstore.ListOptions{Revision: start, Limit: 1})
+		if errors.Is(err, etcdstore.ErrCompacted) {
+			start = current
+		} else if err != nil {
+			return err
+		}
+	}
+	wctx, cancel := context.WithCancel(context.Background())
+	w, err := b.store.storage.Watch(wctx, b.store.Resource.Plural, start)
+	if err != nil {
+		cancel()
+		return err
+	}
+	b.running, b.cancel, b.oldest, b.history = true, cancel, start, nil
+	go b.run(wctx, w)
+	go b.requestProgress(wctx, w)
+	return nil
+}
+
+var errWatchStopped = errors.New("registry: watches stopped for shutdown")
+
+func (b *broadcaster) run(ctx context.Context, w *etcdstore.Watch) {
+	for resp := range w.C {
+		if resp.Err != nil {
+			b.reset()
+			return
+		}
+		events := make([]*event, 0, len(resp.Events))
+		for _, ev := range resp.Events {
+			e, err := b.store.decodeEvent(ev)
+			if err != nil {
+				// Watchers cannot be given a consistent stream past an
+				// undecodable value: end them all; they relist.
+				b.reset()
+				return
+			}
+			events = append(events, e)
+		}
+		b.mu.Lock()
+		for _, e := range events {
+			b.history = append(b.history, e)
+			b.dispatch(e)
+		}
+		if over := len(b.history) - b.cfg.HistorySize; over > 0 {
+			b.oldest = b.history[over-1].rev
+			b.history = append([]*event(nil), b.history[over:]...)
+		}
+		if len(resp.Events) == 0 && resp.Progress > 0 {
+			b.dispatch(&event{rev: resp.Progress, progress: true})
+		}
+		b.mu.Unlock()
+	}
+	_ = ctx // the stream ends when ctx is cancelled (reset or stop)
+}
+
+// dispatch queues e for every subscriber; one whose queue is full is
+// dropped. Called with b.mu held.
+func (b *broadcaster) dispatch(e *event) {
+	for sub := range b.subs {
+		select {
+		case sub.ch <- e:
+		default:
+			if e.progress {
+				continue // a progress report is optional
+			}
+			delete(b.subs, sub)
+			close(sub.ch)
+		}
+	}
+}
+
+// requestProgress asks etcd for progress reports while anyone listens.
+func (b *broadcaster) requestProgress(ctx context.Context, w *etcdstore.Watch) {
+	ticker := time.NewTicker(b.cfg.BookmarkInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+			b.mu.Lock()
+			listening := len(b.subs) > 0
+			b.mu.Unlock()
+			if listening {
+				// A failed request only delays a bookmark.
+				_ = w.RequestProgress()
+			}
+		}
+	}
+}
+
+// reset ends the etcd watch and every subscription; the next watch
+// restarts the fan-out.
+func (b *broadcaster) reset() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cancel != nil {
+		b.cancel()
+	}
+	b.running, b.history = false, nil
+	for sub := range b.subs {
+		delete(b.subs, sub)
+		close(sub.ch)
+	}
+}
+
+// stop ends every watch for good (server shutdown).
+func (b *broadcaster) stop() {
+	b.stopOnce.Do(func() { close(b.stopped) })
+	b.reset()
+}
+
+// subscribe registers a watcher that has seen everything up to from. It
+// returns the buffered events after from and the queue for later ones, or
+// ok false when from is older than the history (the caller reads etcd).
+func (b *broadcaster) subscribe(from int64) (backlog []*event, sub *subscription, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.running || from < b.oldest {
+		return nil, nil, false
+	}
+	i := sort.Search(len(b.history), func(i int) bool { return b.history[i].rev > from })
+	backlog = append([]*event(nil), b.history[i:]...)
+	sub = &subscription{ch: make(chan *event, b.cfg.BufferSize)}
+	b.subs[sub] = struct{}{}
+	return backlog, sub, true
+}
+
+// unsubscribe removes a watcher that is leaving.
+func (b *broadcaster) unsubscribe(sub *subscription) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.subs, sub)
+}
+
+// decodeEvent decodes both states of a change; the previous state carries
+// the change's revision, as kube-apiserver's DELETED events do.
+func (s *Store) decodeEvent(ev etcdstore.Event) (*event, error) {
+	e := &event{rev: ev.Revision}
+	if s.Resource.Namespaced {
+		for i := range len(ev.Key) {
+			if ev.Key[i] == '/' {
+				e.namespace = ev.Key[:i]
+				break
+			}
+		}
+	}
+	var err error
+	if ev.Value != nil {
+		if e.obj, err = s.decode(etcdstore.Object{Value: ev.Value, Revision: ev.Revision}); err != nil {
+			return nil, fmt.Errorf("watch event %s: %w", ev.Key, err)
+		}
+	}
+	if ev.PrevValue != nil {
+		if e.prev, err = s.decode(etcdstore.Object{Value: ev.PrevValue, Revision: ev.Revision}); err != nil {
+			return nil, fmt.Errorf("watch event %s (previous): %w", ev.Key, err)
+		}
+	}
+	return e, nil
+}

@@ -1,0 +1,241 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/concord-dev/concord/etcdstore"
+)
+
+// watchExpiredMsg is kube-apiserver's message when etcd no longer has the
+// history a watch asks for.
+const watchExpiredMsg = "The resourceVersion for the provided watch is too old."
+
+// Watch is one client's stream of changes, made by Store.Watch and consumed
+// by Run.
+type Watch struct {
+	store     *Store
+	namespace string
+	filter    filter
+	bookmarks bool
+	// from is the revision everything up to which the client has seen.
+	from int64
+	// initial are the ADDED events of a watch that starts with the state.
+	initial []Object
+	// initialEnd: send the initial-events-end BOOKMARK after initial.
+	initialEnd bool
+
+	// Events come from the shared fan-out (backlog, then sub) or, for a
+	// revision older than its history, from a watch of etcd's own (direct).
+	backlog []*event
+	sub     *subscription
+	direct  *etcdstore.Watch
+	cancel  context.CancelFunc
+}
+
+// StopWatches ends every watch of this resource; for server shutdown.
+func (s *Store) StopWatches() { s.watch.stop() }
+
+// Watch starts a watch of namespace (all when empty) with kube-apiserver's
+// semantics: from resourceVersion N every change after N; from "" or "0"
+// (or with sendInitialEvents) an ADDED event for every object first.
+func (s *Store) Watch(ctx context.Context, namespace string, opts *metainternalversion.ListOptions) (*Watch, error) {
+	metainternalversion.SetListOptionsDefaults(opts, true)
+	f, err := validateListOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	rv, err := parseResourceVersion(opts.ResourceVersion)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.watch.ensureRunning(ctx); err != nil {
+		return nil, s.watchError(err)
+	}
+	w := &Watch{store: s, namespace: namespace, filter: f, bookmarks: opts.AllowWatchBookmarks}
+	switch {
+	case opts.SendInitialEvents != nil && *opts.SendInitialEvents:
+		res, err := s.storage.List(ctx, s.Resource.Plural, namespace, etcdstore.ListOptions{})
+		if err != nil {
+			return nil, s.watchError(err)
+		}
+		if res.Revision < rv {
+			return nil, tooLargeResourceVersion(rv, res.Revision)
+		}
+		for _, stored := range res.Objects {
+			obj, err := s.decode(stored)
+			if err != nil {
+				return nil, err
+			}
+			if f.matches(obj) {
+				w.initial = append(w.initial, obj)
+			}
+		}
+		w.from, w.initialEnd = res.Revision, opts.AllowWatchBookmarks
+	case rv == 0: // sendInitialEvents=false: start at the most recent revision
+		if w.from, err = s.storage.CurrentRevision(ctx); err != nil {
+			return nil, s.watchError(err)
+		}
+	default:
+		w.from = rv
+	}
+
+	var ok bool
+	if w.backlog, w.sub, ok = s.watch.subscribe(w.from); !ok {
+		dctx, cancel := context.WithCancel(ctx)
+		if w.direct, err = s.storage.Watch(dctx, s.Resource.Plural, w.from); err != nil {
+			cancel()
+			return nil, s.watchError(err)
+		}
+		w.cancel = cancel
+	}
+	return w, nil
+}
+
+func (s *Store) watchError(err error) error {
+	if errors.Is(err, errWatchStopped) {
+		return apierrors.NewServiceUnavailable("the server is shutting down; watch again on another replica")
+	}
+	return toStatus(err, s.Resource.GroupResource(), "")
+}
+
+// Run sends the watch's events to send, in revision order, until ctx ends,
+// the server stops watches, the watcher falls too far behind (the stream
+// just ends, and the client watches again from its last resourceVersion),
+// or send fails. A compacted start revision is sent as an ERROR event with
+// a 410 Expired Status.
+func (w *Watch) Run(ctx context.Context, send func(watch.Event) error) error {
+	defer w.close()
+	for _, obj := range w.initial {
+		if err := send(watch.Event{Type: watch.Added, Object: obj}); err != nil {
+			return err
+		}
+	}
+	if w.initialEnd {
+		if err := send(w.bookmark(w.from, true)); err != nil {
+			return err
+		}
+	}
+	for _, e := range w.backlog {
+		if err := w.deliver(e, send); err != nil {
+			return err
+		}
+	}
+	if w.direct != nil {
+		return w.runDirect(ctx, send)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-w.store.watch.stopped:
+			return nil
+		case e, ok := <-w.sub.ch:
+			if !ok {
+				return nil
+			}
+			if err := w.deliver(e, send); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (w *Watch) runDirect(ctx context.Context, send func(watch.Event) error) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-w.store.watch.stopped:
+			return nil
+		case resp, ok := <-w.direct.C:
+			if !ok {
+				return nil
+			}
+			if resp.Err != nil {
+				st := apierrors.NewInternalError(errors.New("the watch of the store failed; watch again"))
+				if errors.Is(resp.Err, etcdstore.ErrCompacted) {
+					st = apierrors.NewResourceExpired(watchExpiredMsg)
+				}
+				status := st.Status()
+				return send(watch.Event{Type: watch.Error, Object: &status})
+			}
+			for _, ev := range resp.Events {
+				e, err := w.store.decodeEvent(ev)
+				if err != nil {
+					return err
+				}
+				if err := w.deliver(e, send); err != nil {
+					return err
+				}
+			}
+			if len(resp.Events) == 0 && resp.Progress > 0 {
+				if err := w.deliver(&event{rev: resp.Progress, progress: true}, send); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}
+
+// deliver sends what e means to this watcher, if anything: objects entering
+// the selection are ADDED, leaving it DELETED.
+func (w *Watch) deliver(e *event, send func(watch.Event) error) error {
+	if e.rev < w.from || (e.rev == w.from && !e.progress) {
+		return nil // already seen
+	}
+	w.from = e.rev
+	if e.progress {
+		if !w.bookmarks {
+			return nil
+		}
+		return send(w.bookmark(e.rev, false))
+	}
+	if w.namespace != "" && e.namespace != w.namespace {
+		return nil
+	}
+	now := e.obj != nil && w.filter.matches(e.obj)
+	before := e.prev != nil && w.filter.matches(e.prev)
+	switch {
+	case now && before:
+		return send(watch.Event{Type: watch.Modified, Object: e.obj})
+	case now:
+		return send(watch.Event{Type: watch.Added, Object: e.obj})
+	case before:
+		return send(watch.Event{Type: watch.Deleted, Object: e.prev})
+	}
+	return nil
+}
+
+// bookmark is an object of the watched kind carrying only a resourceVersion
+// (and, at the end of the initial events, kube's annotation saying so).
+func (w *Watch) bookmark(rev int64, initialEnd bool) watch.Event {
+	obj := w.store.Resource.New()
+	obj.GetObjectKind().SetGroupVersionKind(w.store.Resource.GroupVersionKind())
+	obj.SetResourceVersion(formatRevision(rev))
+	if initialEnd {
+		obj.SetAnnotations(map[string]string{metav1.InitialEventsAnnotationKey: "true"})
+	}
+	return watch.Event{Type: watch.Bookmark, Object: obj}
+}
+
+func (w *Watch) close() {
+	if w.sub != nil {
+		w.store.watch.unsubscribe(w.sub)
+	}
+	if w.cancel != nil {
+		w.cancel()
+	}
+}
+
+// DefaultWatchTimeout is kube-apiserver's: a random time in [30m, 60m), so
+// that watches reconnect spread out over time.
+func DefaultWatchTimeout(random float64) time.Duration {
+	return time.Duration(float64(30*time.Minute) * (1 + random))
+}
