@@ -396,8 +396,10 @@ func TestBadInputIsRefusedWithStatusAndNothingStored(t *testing.T) {
 			message: `"data.k" is not a known field selector: only "metadata.name", "metadata.namespace"`,
 		},
 		{
-			name: "29b GET with watch", method: http.MethodGet, path: ns + "?watch=true",
-			code: http.StatusBadRequest, reason: metav1.StatusReasonBadRequest,
+			name: "29b watch with resourceVersionMatch but no sendInitialEvents", method: http.MethodGet,
+			path: ns + "?watch=true&resourceVersion=1&resourceVersionMatch=NotOlderThan",
+			code: http.StatusUnprocessableEntity, reason: metav1.StatusReasonInvalid,
+			message: `ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided`,
 		},
 		{
 			name: "29c POST with dryRun", method: http.MethodPost, path: ns + "?dryRun=All",

@@ -23,20 +23,33 @@ import (
 // testServer is Concord's handler on a real loopback HTTP server over a
 // real embedded etcd.
 type testServer struct {
-	URL  string
-	Etcd *etcdtest.Etcd
+	URL    string
+	Etcd   *etcdtest.Etcd
+	Stores []*registry.Store
 }
 
 func startServer(t *testing.T) *testServer {
 	t.Helper()
+	return startServerWith(t, registry.DefaultWatchConfig())
+}
+
+// startServerWith starts a server whose watch fan-out uses cfg.
+func startServerWith(t *testing.T, cfg registry.WatchConfig) *testServer {
+	t.Helper()
 	e := etcdtest.Start(t)
+	stores := registry.NewStores(etcdstore.New(e.Client, "/registry"), cfg)
 	handler := apiserver.New(apiserver.Config{
-		Stores: registry.NewStores(etcdstore.New(e.Client, "/registry"), registry.DefaultWatchConfig()),
+		Stores: stores,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	srv := httptest.NewServer(handler)
-	t.Cleanup(srv.Close)
-	return &testServer{URL: srv.URL, Etcd: e}
+	t.Cleanup(func() {
+		for _, s := range stores {
+			s.StopWatches()
+		}
+		srv.Close()
+	})
+	return &testServer{URL: srv.URL, Etcd: e, Stores: stores}
 }
 
 // response is what a test needs of an HTTP answer.

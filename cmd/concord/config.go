@@ -16,25 +16,28 @@ type Config struct {
 	EtcdServers     []string
 	EtcdPrefix      string
 	EtcdDialTimeout time.Duration
-	BindAddress     string
-	Port            int
-	DataDir         string
-	WriteKubeconfig string
-	LogFormat       string
-	RequestTimeout  time.Duration
-	ShutdownTimeout time.Duration
+	// EtcdCompactionInterval: how often history is compacted (0: never).
+	EtcdCompactionInterval time.Duration
+	BindAddress            string
+	Port                   int
+	DataDir                string
+	WriteKubeconfig        string
+	LogFormat              string
+	RequestTimeout         time.Duration
+	ShutdownTimeout        time.Duration
 }
 
 // DefaultConfig is dev mode: embedded etcd, loopback only.
 func DefaultConfig() Config {
 	return Config{
-		EtcdPrefix:      "/registry",
-		EtcdDialTimeout: 20 * time.Second,
-		BindAddress:     "127.0.0.1",
-		Port:            8080,
-		DataDir:         "concord-data",
-		RequestTimeout:  time.Minute,
-		ShutdownTimeout: 30 * time.Second,
+		EtcdPrefix:             "/registry",
+		EtcdDialTimeout:        20 * time.Second,
+		EtcdCompactionInterval: 5 * time.Minute,
+		BindAddress:            "127.0.0.1",
+		Port:                   8080,
+		DataDir:                "concord-data",
+		RequestTimeout:         time.Minute,
+		ShutdownTimeout:        30 * time.Second,
 	}
 }
 
@@ -51,6 +54,7 @@ func (cfg *Config) AddFlags(fs *flag.FlagSet) {
 	})
 	fs.StringVar(&cfg.EtcdPrefix, "etcd-prefix", cfg.EtcdPrefix, "prefix of every key Concord writes in etcd")
 	fs.DurationVar(&cfg.EtcdDialTimeout, "etcd-dial-timeout", cfg.EtcdDialTimeout, "how long to wait for etcd at start-up before giving up")
+	fs.DurationVar(&cfg.EtcdCompactionInterval, "etcd-compaction-interval", cfg.EtcdCompactionInterval, "how often to compact etcd's history (one replica per interval does it); 0 disables")
 	fs.StringVar(&cfg.BindAddress, "bind-address", cfg.BindAddress, "IP address to serve the API on")
 	fs.IntVar(&cfg.Port, "port", cfg.Port, "port to serve the API on (plain HTTP); 0 picks a free port")
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory of the embedded etcd's data (dev mode only)")
@@ -98,6 +102,9 @@ func (cfg *Config) Validate() error {
 	}
 	if cfg.LogFormat != "text" && cfg.LogFormat != "json" {
 		errs = append(errs, fmt.Errorf("--log-format: %q is neither text nor json", cfg.LogFormat))
+	}
+	if cfg.EtcdCompactionInterval < 0 {
+		errs = append(errs, fmt.Errorf("--etcd-compaction-interval: %s must not be negative (0 disables compaction)", cfg.EtcdCompactionInterval))
 	}
 	for name, d := range map[string]time.Duration{"--etcd-dial-timeout": cfg.EtcdDialTimeout, "--request-timeout": cfg.RequestTimeout, "--shutdown-timeout": cfg.ShutdownTimeout} {
 		if d <= 0 {

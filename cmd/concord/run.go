@@ -62,7 +62,8 @@ func run(ctx context.Context, cfg Config, logOut io.Writer) error {
 	}
 	defer client.Close()
 
-	stores := registry.NewStores(etcdstore.New(client, cfg.EtcdPrefix), registry.DefaultWatchConfig())
+	store := etcdstore.New(client, cfg.EtcdPrefix)
+	stores := registry.NewStores(store, registry.DefaultWatchConfig())
 	handler := apiserver.New(apiserver.Config{
 		Stores:         stores,
 		Logger:         log,
@@ -93,6 +94,12 @@ func run(ctx context.Context, cfg Config, logOut io.Writer) error {
 		}
 	}
 
+	compactCtx, stopCompacting := context.WithCancel(ctx)
+	defer stopCompacting()
+	if cfg.EtcdCompactionInterval > 0 {
+		go runCompactor(compactCtx, log, store.NewCompactor(), cfg.EtcdCompactionInterval)
+	}
+
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	log.Info("concord ready", "url", url, "kubeconfig", cfg.WriteKubeconfig, "etcd", strings.Join(endpoints, ","), "prefix", cfg.EtcdPrefix)
@@ -117,6 +124,28 @@ func run(ctx context.Context, cfg Config, logOut io.Writer) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// runCompactor runs a compaction round every interval until ctx ends.
+func runCompactor(ctx context.Context, log *slog.Logger, c *etcdstore.Compactor, interval time.Duration) {
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+			roundCtx, cancel := context.WithTimeout(ctx, time.Minute)
+			rev, err := c.Round(roundCtx)
+			cancel()
+			switch {
+			case err != nil:
+				log.Warn("etcd compaction failed; will retry next interval", "err", err)
+			case rev > 0:
+				log.Info("etcd history compacted", "revision", rev)
+			}
+		}
+	}
 }
 
 func newLogger(format string, out io.Writer) *slog.Logger {

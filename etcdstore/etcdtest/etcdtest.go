@@ -7,6 +7,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/concord-dev/concord/etcdstore"
 )
@@ -35,6 +36,7 @@ func Start(tb testing.TB) *Etcd {
 	client, err := clientv3.New(clientv3.Config{
 		Endpoints:   []string{e.Endpoint()},
 		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
 	})
 	if err != nil {
 		tb.Fatalf("etcd client: %v", err)
