@@ -58,7 +58,9 @@ type broadcaster struct {
 
 	mu      sync.Mutex
 	running bool
-	cancel  context.CancelFunc
+	// gen counts fan-out starts, so a finished stream resets only its own.
+	gen    int
+	cancel context.CancelFunc
 	// history holds recent events in revision order and is complete for
 	// every revision after oldest.
 	history []*event
@@ -107,27 +109,29 @@ func (b *broadcaster) ensureRunning(ctx context.Context) error {
 		cancel()
 		return err
 	}
+	b.gen++
 	b.running, b.cancel, b.oldest, b.history = true, cancel, start, nil
-	go b.run(wctx, w)
+	go b.run(w, b.gen)
 	go b.requestProgress(wctx, w)
 	return nil
 }
 
 var errWatchStopped = errors.New("registry: watches stopped for shutdown")
 
-func (b *broadcaster) run(ctx context.Context, w *etcdstore.Watch) {
+// run moves the etcd stream's events into the history and the queues. When
+// the stream ends — an error, a lost leader, an undecodable value — every
+// watcher is ended (clients watch again from their last resourceVersion) and
+// the next watch restarts the fan-out.
+func (b *broadcaster) run(w *etcdstore.Watch, gen int) {
+	defer b.resetIf(gen)
 	for resp := range w.C {
 		if resp.Err != nil {
-			b.reset()
 			return
 		}
 		events := make([]*event, 0, len(resp.Events))
 		for _, ev := range resp.Events {
 			e, err := b.store.decodeEvent(ev)
 			if err != nil {
-				// Watchers cannot be given a consistent stream past an
-				// undecodable value: end them all; they relist.
-				b.reset()
 				return
 			}
 			events = append(events, e)
@@ -146,7 +150,6 @@ func (b *broadcaster) run(ctx context.Context, w *etcdstore.Watch) {
 		}
 		b.mu.Unlock()
 	}
-	_ = ctx // the stream ends when ctx is cancelled (reset or stop)
 }
 
 // dispatch queues e for every subscriber; one whose queue is full is
@@ -185,11 +188,24 @@ func (b *broadcaster) requestProgress(ctx context.Context, w *etcdstore.Watch) {
 	}
 }
 
+// resetIf resets the fan-out if it is still the run gen.
+func (b *broadcaster) resetIf(gen int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.gen == gen {
+		b.resetLocked()
+	}
+}
+
 // reset ends the etcd watch and every subscription; the next watch
 // restarts the fan-out.
 func (b *broadcaster) reset() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.resetLocked()
+}
+
+func (b *broadcaster) resetLocked() {
 	if b.cancel != nil {
 		b.cancel()
 	}
