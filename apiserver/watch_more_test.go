@@ -239,3 +239,23 @@ func TestStopWatchesEndsStreams(t *testing.T) {
 		t.Errorf("watch after shutdown began: %d %s; want 503 ServiceUnavailable", resp.Code, st.Reason)
 	}
 }
+
+// TestFirstWatchAfterCompactionOnAFreshServer: a replica whose first watch
+// comes after a compaction (few revisions, so the fan-out's replay would
+// start below it) still answers an old revision with 410 and serves a
+// current one.
+func TestFirstWatchAfterCompactionOnAFreshServer(t *testing.T) {
+	s := startServer(t)
+	old := s.create(t, "default", "a", nil)
+	s.create(t, "default", "b", nil)
+	s.create(t, "default", "c", nil)
+	s.compact(t) // the change right after old (b) is gone
+	expired := s.watch(t, nsPath, url.Values{"watch": {"1"}, "resourceVersion": {old.ResourceVersion}})
+	if ev, ok := expired.next(t, 10*time.Second); !ok || ev.Type != "ERROR" || ev.Status.Reason != metav1.StatusReasonExpired {
+		t.Fatalf("watch from a compacted revision: %v %s %+v; want an ERROR event with 410 Expired", ok, ev, ev.Status)
+	}
+	_, list := s.list(t, nsPath, nil)
+	live := s.watch(t, nsPath, url.Values{"watch": {"1"}, "resourceVersion": {list.ResourceVersion}})
+	s.create(t, "default", "d", nil)
+	live.expect(t, "ADDED default/d")
+}

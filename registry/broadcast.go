@@ -93,15 +93,14 @@ func (b *broadcaster) ensureRunning(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	start := max(0, current-int64(b.cfg.HistorySize))
-	if start > 0 {
-		// Only replay history etcd still has.
-		_, err := b.store.storage.List(ctx, b.store.Resource.Plural, "", etcdstore.ListOptions{Revision: start, Limit: 1})
-		if errors.Is(err, etcdstore.ErrCompacted) {
-			start = current
-		} else if err != nil {
-			return err
-		}
+	// Replay only history etcd still has: a fan-out started below the
+	// compaction would fail at once, and with it every watch it took on.
+	start := max(1, current-int64(b.cfg.HistorySize))
+	_, err = b.store.storage.List(ctx, b.store.Resource.Plural, "", etcdstore.ListOptions{Revision: start, Limit: 1})
+	if errors.Is(err, etcdstore.ErrCompacted) {
+		start = current
+	} else if err != nil {
+		return err
 	}
 	wctx, cancel := context.WithCancel(context.Background())
 	w, err := b.store.storage.Watch(wctx, b.store.Resource.Plural, start)
