@@ -36,8 +36,15 @@ func startServer(t *testing.T) *testServer {
 // startServerWith starts a server whose watch fan-out uses cfg.
 func startServerWith(t *testing.T, cfg registry.WatchConfig) *testServer {
 	t.Helper()
+	return startServerOn(t, cfg, func(s *etcdstore.Store) registry.Storage { return s })
+}
+
+// startServerOn starts a server over the storage wrap makes of the real
+// etcd store, so a test can step into the write path.
+func startServerOn(t *testing.T, cfg registry.WatchConfig, wrap func(*etcdstore.Store) registry.Storage) *testServer {
+	t.Helper()
 	e := etcdtest.Start(t)
-	stores := registry.NewStores(etcdstore.New(e.Client, "/registry"), cfg)
+	stores := registry.NewStores(wrap(etcdstore.New(e.Client, "/registry")), cfg)
 	handler := apiserver.New(apiserver.Config{
 		Stores: stores,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),

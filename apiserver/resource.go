@@ -71,6 +71,7 @@ func (h *resourceHandler) collection(w http.ResponseWriter, r *http.Request) {
 			writeError(w, r, err)
 			return
 		}
+		w.Header().Set("ETag", etag(created.GetResourceVersion()))
 		writeObject(w, r, http.StatusCreated, created)
 	default:
 		h.methodNotAllowed(w, r, verb(r.Method))
@@ -94,25 +95,50 @@ func (h *resourceHandler) item(w http.ResponseWriter, r *http.Request) {
 			h.legacyWatch(w, r)
 			return
 		}
+		ifNoneMatch, conditional, err := headerTags(r, "If-None-Match")
+		if err != nil {
+			writeError(w, r, apierrors.NewBadRequest(err.Error()))
+			return
+		}
 		obj, err := h.store.Get(r.Context(), namespace, name)
 		if err != nil {
 			writeError(w, r, err)
 			return
 		}
+		w.Header().Set("ETag", etag(obj.GetResourceVersion()))
+		if conditional && ifNoneMatch.weakMatch(obj.GetResourceVersion()) {
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
 		writeObject(w, r, http.StatusOK, obj)
 	case http.MethodPut:
+		conds, err := writeConditions(r)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
 		obj, err := h.decode(w, r)
 		if err != nil {
 			writeError(w, r, err)
 			return
 		}
-		updated, err := h.store.Update(r.Context(), namespace, name, obj)
+		updated, created, err := h.store.Update(r.Context(), namespace, name, obj, conds)
 		if err != nil {
 			writeError(w, r, err)
 			return
 		}
-		writeObject(w, r, http.StatusOK, updated)
+		code := http.StatusOK
+		if created {
+			code = http.StatusCreated
+		}
+		w.Header().Set("ETag", etag(updated.GetResourceVersion()))
+		writeObject(w, r, code, updated)
 	case http.MethodDelete:
+		conds, err := writeConditions(r)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
 		opts, err := decodeDeleteOptions(w, r, h.store.Resource.GroupVersion)
 		if err != nil {
 			writeError(w, r, err)
@@ -122,7 +148,7 @@ func (h *resourceHandler) item(w http.ResponseWriter, r *http.Request) {
 			writeError(w, r, apierrors.NewBadRequest("dryRun is not supported by this server yet; nothing was deleted"))
 			return
 		}
-		status, err := h.store.Delete(r.Context(), namespace, name, opts)
+		status, err := h.store.Delete(r.Context(), namespace, name, opts, conds)
 		if err != nil {
 			writeError(w, r, err)
 			return
@@ -151,6 +177,29 @@ func (h *resourceHandler) legacyWatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.serveWatch(w, r, namespace, name, opts)
+}
+
+// writeConditions turns If-Match (strong comparison) and If-None-Match
+// (weak comparison; "*" means create-only) into the registry's conditions.
+// A malformed header is 400.
+func writeConditions(r *http.Request) (registry.Conditions, error) {
+	var conds registry.Conditions
+	ifMatch, ok, err := headerTags(r, "If-Match")
+	if err != nil {
+		return conds, apierrors.NewBadRequest(err.Error())
+	}
+	if ok {
+		conds.IfMatch = ifMatch.strongMatch
+	}
+	ifNoneMatch, ok, err := headerTags(r, "If-None-Match")
+	if err != nil {
+		return conds, apierrors.NewBadRequest(err.Error())
+	}
+	if ok {
+		conds.IfNoneMatch = ifNoneMatch.weakMatch
+		conds.CreateOnly = ifNoneMatch.any && r.Method == http.MethodPut
+	}
+	return conds, nil
 }
 
 func listOptions(r *http.Request) (*metainternalversion.ListOptions, error) {

@@ -83,3 +83,5 @@ func mustAtoi(t *testing.T, s string) int {
 	}
 	return n
 }
+
+func stringsReader(s string) io.Reader { return bytes.NewBufferString(s) }

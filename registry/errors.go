@@ -40,6 +40,17 @@ func toStatus(err error, gr schema.GroupResource, name string) error {
 	return err
 }
 
+func newPreconditionFailed(gr schema.GroupResource, name, header, current string) *apierrors.StatusError {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status: metav1.StatusFailure,
+		Code:   http.StatusPreconditionFailed,
+		Reason: StatusReasonPreconditionFailed,
+		Message: fmt.Sprintf("%s %q: the %s precondition does not hold: the object is at resourceVersion %s (ETag %q); nothing was written: read it again and retry",
+			gr, name, header, current, `"`+current+`"`),
+		Details: &metav1.StatusDetails{Name: name, Group: gr.Group, Kind: gr.Resource},
+	}}
+}
+
 func newPreconditionRequired(message string) *apierrors.StatusError {
 	return &apierrors.StatusError{ErrStatus: metav1.Status{
 		Status:  metav1.StatusFailure,

@@ -31,9 +31,6 @@ type Storage interface {
 	CurrentRevision(ctx context.Context) (int64, error)
 }
 
-// maxDeleteAttempts bounds the re-reads of a delete that races other writes.
-const maxDeleteAttempts = 10
-
 // storageCodec writes objects to etcd as JSON with apiVersion and kind, so
 // etcdctl users can read them; resourceVersion is never stored (it is the
 // key's ModRevision).
@@ -111,42 +108,115 @@ func (s *Store) Create(ctx context.Context, namespace string, obj Object) (Objec
 	return obj, nil
 }
 
-// Update replaces the object at namespace/name with obj, which must carry
-// the resourceVersion it was read at. The write is one etcd transaction that
-// succeeds only if the stored revision still equals that resourceVersion;
-// otherwise the answer is 409 Conflict and nothing is written.
-func (s *Store) Update(ctx context.Context, namespace, name string, obj Object) (Object, error) {
+// Conditions are HTTP preconditions on the stored resourceVersion. They are
+// checked against the revision the write's etcd transaction is guarded by,
+// so nothing can change between the check and the write.
+type Conditions struct {
+	// IfMatch must accept the current resourceVersion, else 412.
+	IfMatch func(resourceVersion string) bool
+	// IfNoneMatch must not accept it, else 412.
+	IfNoneMatch func(resourceVersion string) bool
+	// CreateOnly (If-None-Match: *): the object must not exist yet; a
+	// replace then creates it.
+	CreateOnly bool
+}
+
+// maxWriteAttempts bounds the re-reads of a write that races other writes.
+const maxWriteAttempts = 10
+
+// Update replaces the object at namespace/name with obj. The replace must be
+// conditional: obj carries the resourceVersion it was read at, or conds an
+// If-Match (otherwise 428). The write is one etcd transaction guarded by the
+// revision the conditions were checked against; a stale body version is 409
+// Conflict, a failed If-Match or If-None-Match 412, and nothing is written.
+// With conds.CreateOnly a missing object is created (created is true).
+func (s *Store) Update(ctx context.Context, namespace, name string, obj Object, conds Conditions) (_ Object, created bool, _ error) {
 	gr := s.Resource.GroupResource()
 	if obj.GetName() != name {
-		return nil, apierrors.NewBadRequest(fmt.Sprintf("the name of the object (%s) does not match the name on the URL (%s)", obj.GetName(), name))
+		return nil, false, apierrors.NewBadRequest(fmt.Sprintf("the name of the object (%s) does not match the name on the URL (%s)", obj.GetName(), name))
 	}
 	if err := s.checkNamespace(namespace, obj); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	if obj.GetResourceVersion() == "" {
-		return nil, newPreconditionRequired(fmt.Sprintf(
-			"%s %q: an update must say which version it replaces: send metadata.resourceVersion from the object you read (or an If-Match header)", gr, name))
+	var rev int64
+	if v := obj.GetResourceVersion(); v != "" {
+		var err error
+		if rev, err = strconv.ParseInt(v, 10, 64); err != nil || rev <= 0 {
+			return nil, false, apierrors.NewBadRequest(fmt.Sprintf("invalid resourceVersion %q: send the value read from the server unchanged", v))
+		}
 	}
-	rev, err := strconv.ParseInt(obj.GetResourceVersion(), 10, 64)
-	if err != nil || rev <= 0 {
-		return nil, apierrors.NewBadRequest(fmt.Sprintf("invalid resourceVersion %q: send the value read from the server unchanged", obj.GetResourceVersion()))
+	if rev == 0 && conds.IfMatch == nil && !conds.CreateOnly {
+		return nil, false, newPreconditionRequired(fmt.Sprintf(
+			"%s %q: an update must say which version it replaces: send metadata.resourceVersion from the object you read, or an If-Match header with its ETag", gr, name))
 	}
 
-	stored, err := s.storage.Get(ctx, s.ref(namespace, name), 0)
-	if err != nil {
-		return nil, toStatus(err, gr, name)
+	for range maxWriteAttempts {
+		stored, err := s.storage.Get(ctx, s.ref(namespace, name), 0)
+		if errors.Is(err, etcdstore.ErrNotFound) && conds.CreateOnly {
+			out, err := s.Create(ctx, namespace, obj)
+			if apierrors.IsAlreadyExists(err) {
+				continue // created meanwhile: check again, now against it
+			}
+			return out, err == nil, err
+		}
+		if err != nil {
+			return nil, false, toStatus(err, gr, name)
+		}
+		current := formatRevision(stored.Revision)
+		if conds.CreateOnly || (conds.IfNoneMatch != nil && conds.IfNoneMatch(current)) {
+			return nil, false, newPreconditionFailed(gr, name, "If-None-Match", current)
+		}
+		if conds.IfMatch != nil && !conds.IfMatch(current) {
+			return nil, false, newPreconditionFailed(gr, name, "If-Match", current)
+		}
+		if rev != 0 && stored.Revision != rev {
+			return nil, false, apierrors.NewConflict(gr, name, errors.New(OptimisticLockErrorMsg))
+		}
+		old, err := s.decode(stored)
+		if err != nil {
+			return nil, false, err
+		}
+		next, err := s.prepareUpdate(obj, old)
+		if err != nil {
+			return nil, false, err
+		}
+		value, err := s.encode(next)
+		if err != nil {
+			return nil, false, err
+		}
+		if bytes.Equal(value, stored.Value) {
+			// As kube-apiserver: an update that changes nothing writes nothing.
+			return old, false, nil
+		}
+		newRev, err := s.storage.Update(ctx, s.ref(namespace, name), value, stored.Revision)
+		if errors.Is(err, etcdstore.ErrConflict) {
+			if rev != 0 {
+				return nil, false, apierrors.NewConflict(gr, name, errors.New(OptimisticLockErrorMsg))
+			}
+			continue // only header conditions: check them against the new state
+		}
+		if err != nil {
+			return nil, false, toStatus(err, gr, name)
+		}
+		next.SetResourceVersion(formatRevision(newRev))
+		return next, false, nil
 	}
-	if stored.Revision != rev {
-		return nil, apierrors.NewConflict(gr, name, errors.New(OptimisticLockErrorMsg))
+	return nil, false, apierrors.NewConflict(gr, name, errors.New(OptimisticLockErrorMsg))
+}
+
+// prepareUpdate checks obj as a replacement of old and carries over what the
+// system owns. It works on a copy, so a retried write starts from the
+// client's object again.
+func (s *Store) prepareUpdate(in, old Object) (Object, error) {
+	obj, ok := in.DeepCopyObject().(Object)
+	if !ok {
+		return nil, fmt.Errorf("copy of %T is not an Object", in)
 	}
-	old, err := s.decode(stored)
-	if err != nil {
-		return nil, err
-	}
+	gr := s.Resource.GroupResource()
 	if uid := obj.GetUID(); uid != "" && uid != old.GetUID() {
-		return nil, apierrors.NewConflict(gr, name, fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", uid, old.GetUID()))
+		return nil, apierrors.NewConflict(gr, obj.GetName(), fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", uid, old.GetUID()))
 	}
-	// What the system owns is carried over from storage, whatever the body says.
+	obj.SetResourceVersion(old.GetResourceVersion())
 	obj.SetUID(old.GetUID())
 	obj.SetCreationTimestamp(old.GetCreationTimestamp())
 	obj.SetDeletionTimestamp(old.GetDeletionTimestamp())
@@ -157,34 +227,28 @@ func (s *Store) Update(ctx context.Context, namespace, name string, obj Object) 
 	errs = append(errs, apivalidation.ValidateObjectMetaAccessorUpdate(obj, old, field.NewPath("metadata"))...)
 	errs = append(errs, s.Resource.Strategy.ValidateUpdate(obj, old)...)
 	if len(errs) > 0 {
-		return nil, apierrors.NewInvalid(s.Resource.GroupVersionKind().GroupKind(), name, errs)
+		return nil, apierrors.NewInvalid(s.Resource.GroupVersionKind().GroupKind(), obj.GetName(), errs)
 	}
-	value, err := s.encode(obj)
-	if err != nil {
-		return nil, err
-	}
-	if bytes.Equal(value, stored.Value) {
-		// As kube-apiserver: an update that changes nothing writes nothing.
-		return old, nil
-	}
-	newRev, err := s.storage.Update(ctx, s.ref(namespace, name), value, rev)
-	if err != nil {
-		return nil, toStatus(err, gr, name)
-	}
-	obj.SetResourceVersion(strconv.FormatInt(newRev, 10))
 	return obj, nil
 }
 
-// Delete removes namespace/name if opts' preconditions (uid,
-// resourceVersion) hold. The delete is one etcd transaction on the revision
-// the preconditions were checked against; if another write lands in between,
-// it re-reads and checks again.
-func (s *Store) Delete(ctx context.Context, namespace, name string, opts *metav1.DeleteOptions) (*metav1.Status, error) {
+// Delete removes namespace/name if conds (If-Match, If-None-Match: 412)
+// and opts' preconditions (uid, resourceVersion: 409) hold. The delete is
+// one etcd transaction on the revision they were checked against; if
+// another write lands in between, it re-reads and checks again.
+func (s *Store) Delete(ctx context.Context, namespace, name string, opts *metav1.DeleteOptions, conds Conditions) (*metav1.Status, error) {
 	gr := s.Resource.GroupResource()
-	for range maxDeleteAttempts {
+	for range maxWriteAttempts {
 		stored, err := s.storage.Get(ctx, s.ref(namespace, name), 0)
 		if err != nil {
 			return nil, toStatus(err, gr, name)
+		}
+		current := formatRevision(stored.Revision)
+		if conds.IfMatch != nil && !conds.IfMatch(current) {
+			return nil, newPreconditionFailed(gr, name, "If-Match", current)
+		}
+		if conds.IfNoneMatch != nil && conds.IfNoneMatch(current) {
+			return nil, newPreconditionFailed(gr, name, "If-None-Match", current)
 		}
 		obj, err := s.decode(stored)
 		if err != nil {
