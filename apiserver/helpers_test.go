@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"testing"
 	"time"
 
@@ -41,13 +42,14 @@ func startServerWith(t *testing.T, cfg registry.WatchConfig) *testServer {
 
 // startServerOn starts a server over the storage wrap makes of the real
 // etcd store, so a test can step into the write path.
-func startServerOn(t *testing.T, cfg registry.WatchConfig, wrap func(*etcdstore.Store) registry.Storage) *testServer {
+func startServerOn(t *testing.T, cfg registry.WatchConfig, wrap func(*etcdstore.Store) registry.Storage, corsOrigins ...*regexp.Regexp) *testServer {
 	t.Helper()
 	e := etcdtest.Start(t)
 	stores := registry.NewStores(wrap(etcdstore.New(e.Client, "/registry")), cfg)
 	handler := apiserver.New(apiserver.Config{
-		Stores: stores,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Stores:             stores,
+		Logger:             slog.New(slog.NewTextHandler(io.Discard, nil)),
+		CORSAllowedOrigins: corsOrigins,
 	})
 	srv := httptest.NewServer(handler)
 	t.Cleanup(func() {

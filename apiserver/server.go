@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -23,6 +24,8 @@ type Config struct {
 	Logger *slog.Logger
 	// RequestTimeout bounds every request (kube-apiserver's --request-timeout).
 	RequestTimeout time.Duration
+	// CORSAllowedOrigins are the origins browsers may call from; none: CORS off.
+	CORSAllowedOrigins []*regexp.Regexp
 }
 
 // New returns the HTTP handler of the API.
@@ -44,7 +47,7 @@ func New(cfg Config) http.Handler {
 	for _, store := range cfg.Stores {
 		installResource(router, store)
 	}
-	return withRequestContext(router, cfg.Logger, cfg.RequestTimeout)
+	return withRequestContext(withCORS(router, cfg.CORSAllowedOrigins), cfg.Logger, cfg.RequestTimeout)
 }
 
 func notFound(w http.ResponseWriter, r *http.Request) {

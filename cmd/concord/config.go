@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -23,8 +24,10 @@ type Config struct {
 	DataDir                string
 	WriteKubeconfig        string
 	LogFormat              string
-	RequestTimeout         time.Duration
-	ShutdownTimeout        time.Duration
+	// CORSAllowedOrigins are regular expressions; empty disables CORS.
+	CORSAllowedOrigins []string
+	RequestTimeout     time.Duration
+	ShutdownTimeout    time.Duration
 }
 
 // DefaultConfig is dev mode: embedded etcd, loopback only.
@@ -59,6 +62,15 @@ func (cfg *Config) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&cfg.Port, "port", cfg.Port, "port to serve the API on (plain HTTP); 0 picks a free port")
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory of the embedded etcd's data (dev mode only)")
 	fs.StringVar(&cfg.WriteKubeconfig, "write-kubeconfig", cfg.WriteKubeconfig, "write a kubeconfig for this server to this path (dev mode default: <data-dir>/kubeconfig.yaml)")
+	fs.Func("cors-allowed-origins", "comma-separated regular expressions of the origins browsers may call from (anchor them, e.g. '^https://app\\.example\\.com$'); empty disables CORS", func(s string) error {
+		cfg.CORSAllowedOrigins = nil
+		for _, o := range strings.Split(s, ",") {
+			if o = strings.TrimSpace(o); o != "" {
+				cfg.CORSAllowedOrigins = append(cfg.CORSAllowedOrigins, o)
+			}
+		}
+		return nil
+	})
 	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "text or json (default: text in dev mode, json with --etcd-servers)")
 	fs.DurationVar(&cfg.RequestTimeout, "request-timeout", cfg.RequestTimeout, "longest time a request may take")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "how long in-flight requests may run after SIGTERM")
@@ -99,6 +111,11 @@ func (cfg *Config) Validate() error {
 	}
 	if cfg.Embedded() && cfg.DataDir == "" {
 		errs = append(errs, errors.New("--data-dir: needed for the embedded etcd (or pass --etcd-servers)"))
+	}
+	for _, o := range cfg.CORSAllowedOrigins {
+		if _, err := regexp.Compile(o); err != nil {
+			errs = append(errs, fmt.Errorf("--cors-allowed-origins: %q is not a regular expression: %w", o, err))
+		}
 	}
 	if cfg.LogFormat != "text" && cfg.LogFormat != "json" {
 		errs = append(errs, fmt.Errorf("--log-format: %q is neither text nor json", cfg.LogFormat))

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -64,10 +65,15 @@ func run(ctx context.Context, cfg Config, logOut io.Writer) error {
 
 	store := etcdstore.New(client, cfg.EtcdPrefix)
 	stores := registry.NewStores(store, registry.DefaultWatchConfig())
+	var origins []*regexp.Regexp
+	for _, o := range cfg.CORSAllowedOrigins {
+		origins = append(origins, regexp.MustCompile(o)) // checked by Validate
+	}
 	handler := apiserver.New(apiserver.Config{
-		Stores:         stores,
-		Logger:         log,
-		RequestTimeout: cfg.RequestTimeout,
+		Stores:             stores,
+		Logger:             log,
+		RequestTimeout:     cfg.RequestTimeout,
+		CORSAllowedOrigins: origins,
 	})
 	srv := &http.Server{
 		Handler:           handler,
