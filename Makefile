@@ -1,12 +1,21 @@
 # The two set-up commands of the README.
-.PHONY: run test
+.PHONY: run test deps
 
 # Dev mode: embedded etcd in ./concord-data, API on http://127.0.0.1:8080.
 run:
 	go run ./cmd/concord
 
-# Every test: real embedded etcd, real HTTP, the real binary, kubectl, client-go.
-test:
-	@command -v kubectl >/dev/null || { echo "make test: kubectl is needed (the e2e tests drive the real kubectl)"; exit 1; }
+# Every test: real embedded etcd, real HTTP, the real binary, kubectl,
+# client-go and a headless Chromium.
+test: deps
 	go vet ./...
 	go test -count=1 -timeout 15m ./...
+
+# deps installs what the tests drive that Go does not bring: Chromium from
+# Debian's packages (as root; otherwise it says what to run). kubectl is
+# expected at /usr/bin/kubectl.
+deps:
+	@command -v kubectl >/dev/null || { echo "make test: kubectl is needed (the e2e tests drive the real kubectl)"; exit 1; }
+	@command -v chromium >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update && apt-get install -y chromium; \
+	  else echo "make test: the browser test needs Chromium: sudo apt-get install -y chromium"; exit 1; fi; }
