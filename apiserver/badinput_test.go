@@ -291,10 +291,44 @@ func TestBadInputIsRefusedWithStatusAndNothingStored(t *testing.T) {
 			code: http.StatusNotFound, reason: metav1.StatusReasonNotFound, message: notFound,
 		},
 		{
-			name: "21 PATCH", method: http.MethodPatch, path: ns + "/existing",
+			name: "21a PATCH with a JSON body that is no patch type", method: http.MethodPatch, path: ns + "/existing",
+			body: `{"data":{"k":"patched"}}`, header: []string{"Content-Type", "application/json"},
+			code: http.StatusUnsupportedMediaType, reason: metav1.StatusReasonUnsupportedMediaType,
+			message: "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json",
+		},
+		{
+			name: "21b PATCH with server-side apply", method: http.MethodPatch, path: ns + "/existing",
+			body: `{"data":{"k":"patched"}}`, header: []string{"Content-Type", "application/apply-patch+yaml"},
+			code: http.StatusUnsupportedMediaType, reason: metav1.StatusReasonUnsupportedMediaType,
+			prefix: "server-side apply (application/apply-patch+yaml) is not supported yet",
+		},
+		{
+			name: "21c JSON patch whose test fails", method: http.MethodPatch, path: ns + "/existing",
+			body: `[{"op":"test","path":"/data/k","value":"other"},{"op":"replace","path":"/data/k","value":"patched"}]`,
+			header: []string{"Content-Type", "application/json-patch+json"},
+			code:   http.StatusUnprocessableEntity, reason: metav1.StatusReasonInvalid,
+			prefix: "the JSON patch does not apply: ",
+		},
+		{
+			name: "21d malformed JSON patch", method: http.MethodPatch, path: ns + "/existing",
+			body: `{"op":"add"}`, header: []string{"Content-Type", "application/json-patch+json"},
+			code: http.StatusBadRequest, reason: metav1.StatusReasonBadRequest,
+		},
+		{
+			name: "21e patch that renames the object", method: http.MethodPatch, path: ns + "/existing",
+			body: `{"metadata":{"name":"renamed"}}`, header: []string{"Content-Type", "application/merge-patch+json"},
+			code: http.StatusUnprocessableEntity, reason: metav1.StatusReasonInvalid,
+			message: `ConfigMap "renamed" is invalid: metadata.name: Invalid value: "renamed": field is immutable`,
+		},
+		{
+			name: "21f patch with a stale resourceVersion", method: http.MethodPatch, path: ns + "/existing",
+			body: `{"metadata":{"resourceVersion":"1"},"data":{"k":"patched"}}`, header: []string{"Content-Type", "application/merge-patch+json"},
+			code: http.StatusConflict, reason: metav1.StatusReasonConflict,
+		},
+		{
+			name: "21g PATCH of a missing object", method: http.MethodPatch, path: ns + "/missing",
 			body: `{"data":{"k":"patched"}}`, header: []string{"Content-Type", "application/merge-patch+json"},
-			code: http.StatusMethodNotAllowed, reason: metav1.StatusReasonMethodNotAllowed,
-			message: `patch is not supported on resources of kind "configmaps"`,
+			code: http.StatusNotFound, reason: metav1.StatusReasonNotFound,
 		},
 		{
 			name: "22 POST to all namespaces", method: http.MethodPost, path: "/api/v1/configmaps",

@@ -45,8 +45,8 @@ func newPreconditionFailed(gr schema.GroupResource, name, header, current string
 		Status: metav1.StatusFailure,
 		Code:   http.StatusPreconditionFailed,
 		Reason: StatusReasonPreconditionFailed,
-		Message: fmt.Sprintf("%s %q: the %s precondition does not hold: the object is at resourceVersion %s (ETag %q); nothing was written: read it again and retry",
-			gr, name, header, current, `"`+current+`"`),
+		Message: fmt.Sprintf("%s %q: the %s precondition does not hold: the object is at resourceVersion %s (ETag \"%s\"); nothing was written: read it again and retry",
+			gr, name, header, current, current),
 		Details: &metav1.StatusDetails{Name: name, Group: gr.Group, Kind: gr.Resource},
 	}}
 }
