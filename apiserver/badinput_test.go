@@ -304,7 +304,7 @@ func TestBadInputIsRefusedWithStatusAndNothingStored(t *testing.T) {
 		},
 		{
 			name: "21c JSON patch whose test fails", method: http.MethodPatch, path: ns + "/existing",
-			body: `[{"op":"test","path":"/data/k","value":"other"},{"op":"replace","path":"/data/k","value":"patched"}]`,
+			body:   `[{"op":"test","path":"/data/k","value":"other"},{"op":"replace","path":"/data/k","value":"patched"}]`,
 			header: []string{"Content-Type", "application/json-patch+json"},
 			code:   http.StatusUnprocessableEntity, reason: metav1.StatusReasonInvalid,
 			prefix: "the JSON patch does not apply: ",

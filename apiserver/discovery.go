@@ -16,7 +16,7 @@ import (
 )
 
 // servedVerbs are the verbs every resource answers today.
-var servedVerbs = metav1.Verbs{"create", "delete", "get", "list", "update", "watch"}
+var servedVerbs = metav1.Verbs{"create", "delete", "get", "list", "patch", "update", "watch"}
 
 // KubernetesVersion is the Kubernetes API level Concord speaks.
 var KubernetesVersion = version.Info{

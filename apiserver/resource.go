@@ -2,7 +2,9 @@ package apiserver
 
 import (
 	"fmt"
+	"mime"
 	"net/http"
+	"slices"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -10,6 +12,8 @@ import (
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metainternalversionscheme "k8s.io/apimachinery/pkg/apis/meta/internalversion/scheme"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gorilla/mux"
 
@@ -133,6 +137,8 @@ func (h *resourceHandler) item(w http.ResponseWriter, r *http.Request) {
 		}
 		w.Header().Set("ETag", etag(updated.GetResourceVersion()))
 		writeObject(w, r, code, updated)
+	case http.MethodPatch:
+		h.patch(w, r, namespace, name)
 	case http.MethodDelete:
 		conds, err := writeConditions(r)
 		if err != nil {
@@ -157,6 +163,46 @@ func (h *resourceHandler) item(w http.ResponseWriter, r *http.Request) {
 	default:
 		h.methodNotAllowed(w, r, verb(r.Method))
 	}
+}
+
+// patchTypes are the patch formats served; server-side apply is not yet.
+var patchTypes = []types.PatchType{types.JSONPatchType, types.MergePatchType, types.StrategicMergePatchType}
+
+func (h *resourceHandler) patch(w http.ResponseWriter, r *http.Request, namespace, name string) {
+	mediaType, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	pt := types.PatchType(mediaType)
+	switch {
+	case err == nil && slices.Contains(patchTypes, pt):
+	case pt == types.ApplyYAMLPatchType || pt == types.ApplyCBORPatchType:
+		writeError(w, r, apierrors.NewGenericServerResponse(http.StatusUnsupportedMediaType, "", schema.GroupResource{}, "",
+			"server-side apply (application/apply-patch+yaml) is not supported yet: use kubectl apply without --server-side, or a strategic-merge, merge or JSON patch", 0, false))
+		return
+	default:
+		names := make([]string, len(patchTypes))
+		for i, t := range patchTypes {
+			names[i] = string(t)
+		}
+		writeError(w, r, apierrors.NewGenericServerResponse(http.StatusUnsupportedMediaType, "", schema.GroupResource{}, "",
+			"the body of the request was in an unknown format - accepted media types include: "+strings.Join(names, ", "), 0, false))
+		return
+	}
+	conds, err := writeConditions(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	body, err := readBody(w, r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	patched, err := h.store.Patch(r.Context(), namespace, name, pt, body, conds)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	w.Header().Set("ETag", etag(patched.GetResourceVersion()))
+	writeObject(w, r, http.StatusOK, patched)
 }
 
 // legacyWatch serves /watch/ paths and ?watch on an object's path.

@@ -138,21 +138,33 @@ func (s *Store) Update(ctx context.Context, namespace, name string, obj Object, 
 	if err := s.checkNamespace(namespace, obj); err != nil {
 		return nil, false, err
 	}
-	var rev int64
 	if v := obj.GetResourceVersion(); v != "" {
-		var err error
-		if rev, err = strconv.ParseInt(v, 10, 64); err != nil || rev <= 0 {
+		if rev, err := strconv.ParseInt(v, 10, 64); err != nil || rev <= 0 {
 			return nil, false, apierrors.NewBadRequest(fmt.Sprintf("invalid resourceVersion %q: send the value read from the server unchanged", v))
 		}
-	}
-	if rev == 0 && conds.IfMatch == nil && !conds.CreateOnly {
+	} else if conds.IfMatch == nil && !conds.CreateOnly {
 		return nil, false, newPreconditionRequired(fmt.Sprintf(
 			"%s %q: an update must say which version it replaces: send metadata.resourceVersion from the object you read, or an If-Match header with its ETag", gr, name))
 	}
 
+	return s.replace(ctx, namespace, name, conds, func(Object) (Object, error) { return obj, nil })
+}
+
+// replace is the write loop of Update and Patch: read the object, check
+// conds against its revision, build the new object from it, and write it
+// with one etcd transaction guarded by that revision. A new object that
+// carries a resourceVersion other than the stored one is a 409 Conflict.
+// When another write lands first, the loop reads again and rebuilds, so
+// header conditions and patches always apply to the current state.
+func (s *Store) replace(ctx context.Context, namespace, name string, conds Conditions, build func(old Object) (Object, error)) (_ Object, created bool, _ error) {
+	gr := s.Resource.GroupResource()
 	for range maxWriteAttempts {
 		stored, err := s.storage.Get(ctx, s.ref(namespace, name), 0)
 		if errors.Is(err, etcdstore.ErrNotFound) && conds.CreateOnly {
+			obj, err := build(nil)
+			if err != nil {
+				return nil, false, err
+			}
 			out, err := s.Create(ctx, namespace, obj)
 			if apierrors.IsAlreadyExists(err) {
 				continue // created meanwhile: check again, now against it
@@ -169,12 +181,16 @@ func (s *Store) Update(ctx context.Context, namespace, name string, obj Object, 
 		if conds.IfMatch != nil && !conds.IfMatch(current) {
 			return nil, false, newPreconditionFailed(gr, name, "If-Match", current)
 		}
-		if rev != 0 && stored.Revision != rev {
-			return nil, false, apierrors.NewConflict(gr, name, errors.New(OptimisticLockErrorMsg))
-		}
 		old, err := s.decode(stored)
 		if err != nil {
 			return nil, false, err
+		}
+		obj, err := build(old)
+		if err != nil {
+			return nil, false, err
+		}
+		if rv := obj.GetResourceVersion(); rv != "" && rv != current {
+			return nil, false, apierrors.NewConflict(gr, name, errors.New(OptimisticLockErrorMsg))
 		}
 		next, err := s.prepareUpdate(obj, old)
 		if err != nil {
@@ -190,10 +206,7 @@ func (s *Store) Update(ctx context.Context, namespace, name string, obj Object, 
 		}
 		newRev, err := s.storage.Update(ctx, s.ref(namespace, name), value, stored.Revision)
 		if errors.Is(err, etcdstore.ErrConflict) {
-			if rev != 0 {
-				return nil, false, apierrors.NewConflict(gr, name, errors.New(OptimisticLockErrorMsg))
-			}
-			continue // only header conditions: check them against the new state
+			continue
 		}
 		if err != nil {
 			return nil, false, toStatus(err, gr, name)
