@@ -107,8 +107,8 @@ func TestBadInputIsRefusedWithStatusAndNothingStored(t *testing.T) {
 		t.Fatalf("existing: resourceVersion %q, uid %q; want a resourceVersion other than 1 and a uid", existing.ResourceVersion, existing.UID)
 	}
 	wantStored := s.storedKeys(t, "/registry/")
-	if len(wantStored) != 2 {
-		t.Fatalf("etcd holds %d keys after two creates; want 2: %v", len(wantStored), wantStored)
+	if n := len(s.storedKeys(t, "/registry/configmaps/")); n != 2 {
+		t.Fatalf("etcd holds %d ConfigMaps after two creates; want 2: %v", n, wantStored)
 	}
 	wantRevision := etcdRevision(t)
 

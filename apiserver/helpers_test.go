@@ -51,6 +51,11 @@ func startServerOn(t *testing.T, cfg registry.WatchConfig, wrap func(*etcdstore.
 		Logger:             slog.New(slog.NewTextHandler(io.Discard, nil)),
 		CORSAllowedOrigins: corsOrigins,
 	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := registry.EnsureSystemNamespaces(ctx, stores); err != nil {
+		t.Fatalf("system namespaces: %v", err)
+	}
 	srv := httptest.NewServer(handler)
 	t.Cleanup(func() {
 		for _, s := range stores {
@@ -59,6 +64,17 @@ func startServerOn(t *testing.T, cfg registry.WatchConfig, wrap func(*etcdstore.
 		srv.Close()
 	})
 	return &testServer{URL: srv.URL, Etcd: e, Stores: stores}
+}
+
+// namespace creates namespaces, so objects can be created in them.
+func (s *testServer) namespace(t *testing.T, names ...string) {
+	t.Helper()
+	for _, name := range names {
+		body := map[string]any{"metadata": map[string]string{"name": name}}
+		if resp := s.do(t, http.MethodPost, "/api/v1/namespaces", body); resp.Code != http.StatusCreated {
+			t.Fatalf("create namespace %s: %d %s", name, resp.Code, resp.Body)
+		}
+	}
 }
 
 // response is what a test needs of an HTTP answer.

@@ -61,6 +61,7 @@ func (s *testServer) compact(t *testing.T) int64 {
 
 func TestListSelectorsAndNamespaces(t *testing.T) {
 	s := startServer(t)
+	s.namespace(t, "other", "otherx")
 	s.create(t, "default", "a", map[string]string{"env": "prod", "tier": "web"})
 	s.create(t, "default", "b", map[string]string{"env": "staging"})
 	s.create(t, "default", "c", map[string]string{"env": "dev", "tier": "db"})

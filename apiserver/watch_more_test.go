@@ -110,6 +110,7 @@ func TestWatchBookmarksFromEtcdProgress(t *testing.T) {
 	cfg := registry.DefaultWatchConfig()
 	cfg.BookmarkInterval = 50 * time.Millisecond
 	s := startServerWith(t, cfg)
+	s.namespace(t, "elsewhere")
 	c := s.create(t, "default", "a", nil)
 	other := s.create(t, "elsewhere", "x", nil) // advances the revision past c
 	w := s.watch(t, nsPath, url.Values{"watch": {"1"}, "resourceVersion": {c.ResourceVersion}, "allowWatchBookmarks": {"true"}})

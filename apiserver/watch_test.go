@@ -217,6 +217,7 @@ func TestWatchMatchesEtcdUnderConcurrentWriters(t *testing.T) {
 
 func TestWatchEventsCarryTheRightState(t *testing.T) {
 	s := startServer(t)
+	s.namespace(t, "other")
 	a := s.create(t, "default", "a", map[string]string{"app": "x"})
 	w := s.watch(t, nsPath, url.Values{"watch": {"1"}, "resourceVersion": {a.ResourceVersion}})
 	all := s.watch(t, "/api/v1/configmaps", url.Values{"watch": {"1"}, "resourceVersion": {a.ResourceVersion}})

@@ -111,23 +111,52 @@ func (s *Store) List(ctx context.Context, resource, namespace string, opts ListO
 	return out, nil
 }
 
+// Guard is a further condition on a create: the key of Ref must still be
+// at Revision (for example, the namespace an object is created in).
+type Guard struct {
+	Ref      Ref
+	Revision int64
+}
+
 // Create writes value if the key does not exist, in one transaction
 // If(ModRevision(key) == 0) Then(Put): a key that exists has a non-zero
-// ModRevision, so this is the same guard as CreateRevision == 0. It returns the
-// new revision, or ErrExists.
-func (s *Store) Create(ctx context.Context, ref Ref, value []byte) (int64, error) {
+// ModRevision, so this is the same guard as CreateRevision == 0. With guards,
+// their keys must also be unchanged. It returns the new revision, ErrExists,
+// or ErrConflict when a guard's key changed.
+func (s *Store) Create(ctx context.Context, ref Ref, value []byte, guards ...Guard) (int64, error) {
 	key, err := s.key(ref)
 	if err != nil {
 		return 0, err
 	}
-	resp, err := s.kv.OptimisticPut(ctx, key, value, 0, kubernetes.PutOptions{})
+	if len(guards) == 0 {
+		resp, err := s.kv.OptimisticPut(ctx, key, value, 0, kubernetes.PutOptions{})
+		if err != nil {
+			return 0, storeError("create", key, err)
+		}
+		if !resp.Succeeded {
+			return 0, fmt.Errorf("create %s: %w", key, ErrExists)
+		}
+		return resp.Revision, nil
+	}
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", 0)}
+	for _, g := range guards {
+		gkey, err := s.key(g.Ref)
+		if err != nil {
+			return 0, err
+		}
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(gkey), "=", g.Revision))
+	}
+	resp, err := s.kv.Client.Txn(ctx).If(cmps...).Then(clientv3.OpPut(key, string(value))).Else(clientv3.OpGet(key, clientv3.WithCountOnly())).Commit()
 	if err != nil {
 		return 0, storeError("create", key, err)
 	}
 	if !resp.Succeeded {
-		return 0, fmt.Errorf("create %s: %w", key, ErrExists)
+		if resp.Responses[0].GetResponseRange().Count > 0 {
+			return 0, fmt.Errorf("create %s: %w", key, ErrExists)
+		}
+		return 0, fmt.Errorf("create %s: a guard changed: %w", key, ErrConflict)
 	}
-	return resp.Revision, nil
+	return resp.Header.Revision, nil
 }
 
 // Update replaces value only if the key's ModRevision is still revision, in

@@ -5,6 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -25,6 +26,13 @@ var ConfigMaps = &Resource{
 	New:            func() Object { return &corev1.ConfigMap{} },
 	NewList:        func() runtime.Object { return &corev1.ConfigMapList{} },
 	Strategy:       configMapStrategy{},
+	TableColumns: []metav1.TableColumnDefinition{
+		{Name: "Data", Type: "string", Description: "Number of keys in data and binaryData."},
+	},
+	TableCells: func(obj Object) []any {
+		cm := obj.(*corev1.ConfigMap)
+		return []any{int64(len(cm.Data) + len(cm.BinaryData))}
+	},
 }
 
 type configMapStrategy struct{}
@@ -39,27 +47,32 @@ func (configMapStrategy) PrepareForUpdate(Object, Object) {}
 // unique across data and binaryData, and the total size is at most 1 MiB.
 func (configMapStrategy) Validate(obj Object) field.ErrorList {
 	cm := obj.(*corev1.ConfigMap)
-	var errs field.ErrorList
-	size := 0
-	for key, value := range cm.Data {
-		for _, msg := range validation.IsConfigMapKey(key) {
-			errs = append(errs, field.Invalid(field.NewPath("data").Key(key), key, msg))
-		}
+	errs, size := validateKeys(field.NewPath("data"), cm.Data)
+	binErrs, binSize := validateKeys(field.NewPath("binaryData"), cm.BinaryData)
+	errs = append(errs, binErrs...)
+	for key := range cm.Data {
 		if _, dup := cm.BinaryData[key]; dup {
 			errs = append(errs, field.Invalid(field.NewPath("data").Key(key), key, "duplicate of key present in binaryData"))
 		}
-		size += len(key) + len(value)
 	}
-	for key, value := range cm.BinaryData {
-		for _, msg := range validation.IsConfigMapKey(key) {
-			errs = append(errs, field.Invalid(field.NewPath("binaryData").Key(key), key, msg))
-		}
-		size += len(key) + len(value)
-	}
-	if size > maxConfigMapSize {
+	if size+binSize > maxConfigMapSize {
 		errs = append(errs, field.TooLong(field.NewPath(""), "", maxConfigMapSize))
 	}
 	return errs
+}
+
+// validateKeys checks that every key of m is a valid ConfigMap/Secret key
+// and returns the bytes m takes.
+func validateKeys[V ~string | ~[]byte](path *field.Path, m map[string]V) (field.ErrorList, int) {
+	var errs field.ErrorList
+	size := 0
+	for key, value := range m {
+		for _, msg := range validation.IsConfigMapKey(key) {
+			errs = append(errs, field.Invalid(path.Key(key), key, msg))
+		}
+		size += len(key) + len(value)
+	}
+	return errs, size
 }
 
 // ValidateUpdate refuses changes to an immutable ConfigMap's data, as

@@ -43,6 +43,15 @@ type Resource struct {
 	New            func() Object
 	NewList        func() runtime.Object
 	Strategy       Strategy
+	// Categories group resources for kubectl ("all").
+	Categories []string
+	// TableColumns are the columns kube-apiserver prints for this resource
+	// between Name and Age; TableCells gives an object's cells for them.
+	TableColumns []metav1.TableColumnDefinition
+	TableCells   func(obj Object) []any
+	// IsNamespace marks the Namespace resource: objects may only be created
+	// in an active namespace, and deleting one deletes its contents.
+	IsNamespace bool
 }
 
 // GroupResource names the resource in Status errors ("configmaps").
@@ -61,4 +70,4 @@ func (r *Resource) ListGroupVersionKind() schema.GroupVersionKind {
 }
 
 // Resources are all the resources Concord serves.
-var Resources = []*Resource{ConfigMaps}
+var Resources = []*Resource{Namespaces, ConfigMaps, Secrets, Leases}

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -17,6 +18,7 @@ var Codecs = serializer.NewCodecFactory(Scheme)
 
 func init() {
 	utilruntime.Must(corev1.AddToScheme(Scheme))
+	utilruntime.Must(coordinationv1.AddToScheme(Scheme))
 	// Options types (DeleteOptions, …) also travel as meta.k8s.io/v1.
 	metav1.AddToGroupVersion(Scheme, metav1.SchemeGroupVersion)
 }

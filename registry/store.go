@@ -24,7 +24,7 @@ import (
 type Storage interface {
 	Get(ctx context.Context, ref etcdstore.Ref, revision int64) (etcdstore.Object, error)
 	List(ctx context.Context, resource, namespace string, opts etcdstore.ListOptions) (etcdstore.ListResult, error)
-	Create(ctx context.Context, ref etcdstore.Ref, value []byte) (int64, error)
+	Create(ctx context.Context, ref etcdstore.Ref, value []byte, guards ...etcdstore.Guard) (int64, error)
 	Update(ctx context.Context, ref etcdstore.Ref, value []byte, revision int64) (int64, error)
 	Delete(ctx context.Context, ref etcdstore.Ref, revision int64) (int64, error)
 	Watch(ctx context.Context, resource string, from int64) (*etcdstore.Watch, error)
@@ -42,6 +42,9 @@ type Store struct {
 	Resource *Resource
 	storage  Storage
 	watch    *broadcaster
+	// contents are the namespaced stores, for the Namespace store: what
+	// deleting a namespace deletes.
+	contents []*Store
 }
 
 // NewStore returns the store of res over storage.
@@ -54,8 +57,18 @@ func NewStore(storage Storage, res *Resource, cfg WatchConfig) *Store {
 // NewStores returns a store for every declared resource.
 func NewStores(storage Storage, cfg WatchConfig) []*Store {
 	stores := make([]*Store, 0, len(Resources))
+	var namespaces *Store
 	for _, res := range Resources {
-		stores = append(stores, NewStore(storage, res, cfg))
+		s := NewStore(storage, res, cfg)
+		stores = append(stores, s)
+		if res.IsNamespace {
+			namespaces = s
+		}
+	}
+	for _, s := range stores {
+		if s.Resource.Namespaced && namespaces != nil {
+			namespaces.contents = append(namespaces.contents, s)
+		}
 	}
 	return stores
 }
@@ -100,9 +113,9 @@ func (s *Store) Create(ctx context.Context, namespace string, obj Object) (Objec
 	if err != nil {
 		return nil, err
 	}
-	rev, err := s.storage.Create(ctx, s.ref(namespace, obj.GetName()), value)
+	rev, err := s.createIn(ctx, namespace, obj.GetName(), value)
 	if err != nil {
-		return nil, toStatus(err, s.Resource.GroupResource(), obj.GetName())
+		return nil, err
 	}
 	obj.SetResourceVersion(strconv.FormatInt(rev, 10))
 	return obj, nil
@@ -250,25 +263,21 @@ func (s *Store) prepareUpdate(in, old Object) (Object, error) {
 // one etcd transaction on the revision they were checked against; if
 // another write lands in between, it re-reads and checks again.
 func (s *Store) Delete(ctx context.Context, namespace, name string, opts *metav1.DeleteOptions, conds Conditions) (*metav1.Status, error) {
+	if s.Resource.IsNamespace {
+		return s.deleteNamespace(ctx, name, opts, conds)
+	}
 	gr := s.Resource.GroupResource()
 	for range maxWriteAttempts {
 		stored, err := s.storage.Get(ctx, s.ref(namespace, name), 0)
 		if err != nil {
 			return nil, toStatus(err, gr, name)
 		}
-		current := formatRevision(stored.Revision)
-		if conds.IfMatch != nil && !conds.IfMatch(current) {
-			return nil, newPreconditionFailed(gr, name, "If-Match", current)
-		}
-		if conds.IfNoneMatch != nil && conds.IfNoneMatch(current) {
-			return nil, newPreconditionFailed(gr, name, "If-None-Match", current)
-		}
 		obj, err := s.decode(stored)
 		if err != nil {
 			return nil, err
 		}
-		if err := checkPreconditions(opts, obj); err != nil {
-			return nil, apierrors.NewConflict(gr, name, err)
+		if err := s.checkDelete(stored, obj, opts, conds); err != nil {
+			return nil, err
 		}
 		_, err = s.storage.Delete(ctx, s.ref(namespace, name), stored.Revision)
 		if errors.Is(err, etcdstore.ErrConflict) {
@@ -288,6 +297,23 @@ func (s *Store) Delete(ctx context.Context, namespace, name string, opts *metav1
 		}, nil
 	}
 	return nil, apierrors.NewConflict(gr, name, errors.New(OptimisticLockErrorMsg))
+}
+
+// checkDelete checks a delete's HTTP conditions (412) and DeleteOptions
+// preconditions (409) against the stored object.
+func (s *Store) checkDelete(stored etcdstore.Object, obj Object, opts *metav1.DeleteOptions, conds Conditions) error {
+	gr := s.Resource.GroupResource()
+	current := formatRevision(stored.Revision)
+	if conds.IfMatch != nil && !conds.IfMatch(current) {
+		return newPreconditionFailed(gr, obj.GetName(), "If-Match", current)
+	}
+	if conds.IfNoneMatch != nil && conds.IfNoneMatch(current) {
+		return newPreconditionFailed(gr, obj.GetName(), "If-None-Match", current)
+	}
+	if err := checkPreconditions(opts, obj); err != nil {
+		return apierrors.NewConflict(gr, obj.GetName(), err)
+	}
+	return nil
 }
 
 func checkPreconditions(opts *metav1.DeleteOptions, obj Object) error {

@@ -65,6 +65,13 @@ func run(ctx context.Context, cfg Config, logOut io.Writer) error {
 
 	store := etcdstore.New(client, cfg.EtcdPrefix)
 	stores := registry.NewStores(store, registry.DefaultWatchConfig())
+	bootCtx, cancelBoot := context.WithTimeout(ctx, cfg.EtcdDialTimeout)
+	err = registry.EnsureSystemNamespaces(bootCtx, stores)
+	cancelBoot()
+	if err != nil {
+		return fmt.Errorf("create the system namespaces: %w", err)
+	}
+
 	var origins []*regexp.Regexp
 	for _, o := range cfg.CORSAllowedOrigins {
 		origins = append(origins, regexp.MustCompile(o)) // checked by Validate

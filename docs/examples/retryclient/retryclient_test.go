@@ -38,6 +38,9 @@ func startServer(t *testing.T) string {
 		Stores: stores,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
+	if err := registry.EnsureSystemNamespaces(context.Background(), stores); err != nil {
+		t.Fatalf("system namespaces: %v", err)
+	}
 	srv := httptest.NewServer(handler)
 	t.Cleanup(func() {
 		for _, s := range stores {
