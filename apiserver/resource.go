@@ -59,7 +59,7 @@ func (h *resourceHandler) collection(w http.ResponseWriter, r *http.Request) {
 			writeError(w, r, err)
 			return
 		}
-		writeObject(w, r, http.StatusOK, list)
+		writeResource(w, r, h.store.Resource, list)
 	case http.MethodPost:
 		if allNamespaces {
 			h.methodNotAllowed(w, r, "create")
@@ -114,7 +114,7 @@ func (h *resourceHandler) item(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusNotModified)
 			return
 		}
-		writeObject(w, r, http.StatusOK, obj)
+		writeResource(w, r, h.store.Resource, obj)
 	case http.MethodPut:
 		conds, err := writeConditions(r)
 		if err != nil {

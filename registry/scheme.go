@@ -21,4 +21,6 @@ func init() {
 	utilruntime.Must(coordinationv1.AddToScheme(Scheme))
 	// Options types (DeleteOptions, …) also travel as meta.k8s.io/v1.
 	metav1.AddToGroupVersion(Scheme, metav1.SchemeGroupVersion)
+	// Table and PartialObjectMetadata, for kubectl's server-side printing.
+	utilruntime.Must(metav1.AddMetaToScheme(Scheme))
 }

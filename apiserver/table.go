@@ -1,0 +1,122 @@
+package apiserver
+
+import (
+	"fmt"
+	"mime"
+	"net/http"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/duration"
+
+	"github.com/concord-dev/concord/registry"
+)
+
+// tableMediaType is what a Table answer is sent as, as kube-apiserver does.
+const tableMediaType = "application/json;as=Table;v=v1;g=meta.k8s.io"
+
+// wantsTable reports whether the client's most preferred acceptable media
+// range is a meta.k8s.io/v1 Table in JSON (kubectl get asks for that, then
+// v1beta1, then plain JSON).
+func wantsTable(r *http.Request) bool {
+	for _, part := range strings.Split(r.Header.Get("Accept"), ",") {
+		mediaType, params, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err != nil {
+			continue
+		}
+		if params["as"] == "" {
+			if _, ok := serializerFor(mediaType); ok || mediaType == "*/*" || mediaType == "application/*" {
+				return false
+			}
+			continue
+		}
+		if params["as"] == "Table" && params["g"] == metav1.GroupName && params["v"] == "v1" && mediaType == runtime.ContentTypeJSON {
+			return true
+		}
+	}
+	return false
+}
+
+var (
+	nameColumn = metav1.TableColumnDefinition{Name: "Name", Type: "string", Format: "name",
+		Description: "Name must be unique within a namespace."}
+	ageColumn = metav1.TableColumnDefinition{Name: "Age", Type: "string",
+		Description: "CreationTimestamp is a timestamp representing the server time when this object was created."}
+)
+
+// writeResource answers a GET of one object or a list: as a Table of the
+// resource's columns when the client asks for one, else as it is.
+func writeResource(w http.ResponseWriter, r *http.Request, res *registry.Resource, obj runtime.Object) {
+	if !wantsTable(r) {
+		writeObject(w, r, http.StatusOK, obj)
+		return
+	}
+	table, err := toTable(res, obj, r.URL.Query().Get("includeObject"))
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	info, _ := serializerFor(runtime.ContentTypeJSON)
+	info.MediaType = tableMediaType
+	encode(w, r, info, http.StatusOK, table)
+}
+
+func toTable(res *registry.Resource, obj runtime.Object, includeObject string) (*metav1.Table, error) {
+	switch metav1.IncludeObjectPolicy(includeObject) {
+	case "", metav1.IncludeMetadata, metav1.IncludeObject, metav1.IncludeNone:
+	default:
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("includeObject must be None, Metadata or Object, not %q", includeObject))
+	}
+	table := &metav1.Table{
+		ColumnDefinitions: append(append([]metav1.TableColumnDefinition{nameColumn}, res.TableColumns...), ageColumn),
+	}
+	var items []runtime.Object
+	if meta.IsListType(obj) {
+		var err error
+		if items, err = meta.ExtractList(obj); err != nil {
+			return nil, fmt.Errorf("table: %w", err)
+		}
+		listMeta, err := meta.ListAccessor(obj)
+		if err != nil {
+			return nil, fmt.Errorf("table: %w", err)
+		}
+		table.ResourceVersion = listMeta.GetResourceVersion()
+		table.Continue = listMeta.GetContinue()
+		table.RemainingItemCount = listMeta.GetRemainingItemCount()
+	} else {
+		items = []runtime.Object{obj}
+	}
+	table.Rows = make([]metav1.TableRow, 0, len(items))
+	for _, item := range items {
+		o, ok := item.(registry.Object)
+		if !ok {
+			return nil, fmt.Errorf("table: %T is not an object", item)
+		}
+		cells := append([]any{o.GetName()}, res.TableCells(o)...)
+		cells = append(cells, age(o.GetCreationTimestamp()))
+		row := metav1.TableRow{Cells: cells}
+		switch metav1.IncludeObjectPolicy(includeObject) {
+		case metav1.IncludeNone:
+		case metav1.IncludeObject:
+			row.Object = runtime.RawExtension{Object: o}
+		default:
+			m := &metav1.PartialObjectMetadata{ObjectMeta: *o.(metav1.ObjectMetaAccessor).GetObjectMeta().(*metav1.ObjectMeta)}
+			m.Kind, m.APIVersion = "PartialObjectMetadata", metav1.SchemeGroupVersion.String()
+			row.Object = runtime.RawExtension{Object: m}
+		}
+		table.Rows = append(table.Rows, row)
+	}
+	return table, nil
+}
+
+// age prints like kubectl: 5s, 3m, 2d.
+func age(t metav1.Time) string {
+	if t.IsZero() {
+		return "<unknown>"
+	}
+	return duration.HumanDuration(time.Since(t.Time))
+}
