@@ -436,9 +436,27 @@ func TestBadInputIsRefusedWithStatusAndNothingStored(t *testing.T) {
 			message: `ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided`,
 		},
 		{
-			name: "29c POST with dryRun", method: http.MethodPost, path: ns + "?dryRun=All",
+			name: "29c POST with an unknown dryRun value", method: http.MethodPost, path: ns + "?dryRun=Partial",
 			body: cm("dry", "", "", data),
+			code: http.StatusUnprocessableEntity, reason: metav1.StatusReasonInvalid,
+			message: `CreateOptions.meta.k8s.io "" is invalid: dryRun: Unsupported value: "Partial": supported values: "All"`,
+		},
+		{
+			name: "29e POST with an unknown field under fieldValidation=Strict", method: http.MethodPost, path: ns + "?fieldValidation=Strict",
+			body: `{"metadata":{"name":"strict"},"spec":{"x":1}}`,
 			code: http.StatusBadRequest, reason: metav1.StatusReasonBadRequest,
+			message: `strict decoding error: unknown field "spec"`,
+		},
+		{
+			name: "29f PATCH leaving an unknown field under fieldValidation=Strict", method: http.MethodPatch, path: ns + "/existing?fieldValidation=Strict",
+			body: `{"spec":{"x":1}}`, header: []string{"Content-Type", "application/merge-patch+json"},
+			code: http.StatusBadRequest, reason: metav1.StatusReasonBadRequest,
+			prefix: `strict decoding error: unknown field "spec"`,
+		},
+		{
+			name: "29g an unknown fieldValidation value", method: http.MethodPost, path: ns + "?fieldValidation=Loose",
+			body: cm("fv", "", "", data),
+			code: http.StatusUnprocessableEntity, reason: metav1.StatusReasonInvalid,
 		},
 
 		// 30: an immutable ConfigMap keeps its data.

@@ -48,7 +48,7 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 
 // requestSerializer picks the decoder for the request's Content-Type; an
 // empty Content-Type means JSON, as in kube-apiserver.
-func requestSerializer(r *http.Request) (runtime.Serializer, error) {
+func requestSerializer(r *http.Request) (runtime.SerializerInfo, error) {
 	contentType := r.Header.Get("Content-Type")
 	if contentType == "" {
 		contentType = runtime.ContentTypeJSON
@@ -56,19 +56,26 @@ func requestSerializer(r *http.Request) (runtime.Serializer, error) {
 	mediaType, _, err := mime.ParseMediaType(contentType)
 	if err == nil {
 		if info, ok := serializerFor(mediaType); ok {
-			return info.Serializer, nil
+			return info, nil
 		}
 	}
-	return nil, apierrors.NewGenericServerResponse(http.StatusUnsupportedMediaType, "", schema.GroupResource{}, "",
+	return runtime.SerializerInfo{}, apierrors.NewGenericServerResponse(http.StatusUnsupportedMediaType, "", schema.GroupResource{}, "",
 		fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: %s", strings.Join(mediaTypes, ", ")), 0, false)
 }
 
 // decodeObject decodes a request body that must be of kind want. A body that
-// leaves out apiVersion and kind is taken to be of kind want.
-func decodeObject(w http.ResponseWriter, r *http.Request, want schema.GroupVersionKind) (runtime.Object, error) {
-	s, err := requestSerializer(r)
+// leaves out apiVersion and kind is taken to be of kind want. Unknown and
+// duplicate fields are handled by fieldValidation, as kube-apiserver does:
+// Strict refuses them (400), Warn (the default) names them in Warning
+// headers, Ignore drops them.
+func decodeObject(w http.ResponseWriter, r *http.Request, want schema.GroupVersionKind, fieldValidation string) (runtime.Object, error) {
+	info, err := requestSerializer(r)
 	if err != nil {
 		return nil, err
+	}
+	s := info.Serializer
+	if fieldValidation != metav1.FieldValidationIgnore && info.StrictSerializer != nil {
+		s = info.StrictSerializer
 	}
 	body, err := readBody(w, r)
 	if err != nil {
@@ -78,6 +85,15 @@ func decodeObject(w http.ResponseWriter, r *http.Request, want schema.GroupVersi
 		return nil, apierrors.NewBadRequest("the request body is empty: send a " + want.Kind)
 	}
 	obj, got, err := s.Decode(body, &want, nil)
+	if err != nil && runtime.IsStrictDecodingError(err) {
+		if fieldValidation == metav1.FieldValidationStrict {
+			return nil, apierrors.NewBadRequest(err.Error())
+		}
+		for _, e := range err.(interface{ Errors() []error }).Errors() {
+			w.Header().Add("Warning", "299 - "+strconv.Quote(e.Error()))
+		}
+		err = nil
+	}
 	if err != nil {
 		if runtime.IsNotRegisteredError(err) && got != nil {
 			return nil, apierrors.NewBadRequest(fmt.Sprintf("%s in version %q cannot be handled as a %s: %v", got.Kind, got.GroupVersion(), want.Kind, err))
@@ -93,10 +109,11 @@ func decodeObject(w http.ResponseWriter, r *http.Request, want schema.GroupVersi
 
 // decodeDeleteOptions reads optional DeleteOptions from the body of a DELETE.
 func decodeDeleteOptions(w http.ResponseWriter, r *http.Request, gv schema.GroupVersion) (*metav1.DeleteOptions, error) {
-	s, err := requestSerializer(r)
+	info, err := requestSerializer(r)
 	if err != nil {
 		return nil, err
 	}
+	s := info.Serializer
 	body, err := readBody(w, r)
 	if err != nil || len(body) == 0 {
 		return &metav1.DeleteOptions{}, err

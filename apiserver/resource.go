@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/gorilla/mux"
 
@@ -25,19 +26,10 @@ type resourceHandler struct {
 	store *registry.Store
 }
 
-// unsupportedQuery are parameters Concord does not implement yet. They are
-// refused rather than ignored: ignoring a selector or dryRun would silently
-// return or change the wrong objects.
-var unsupportedQuery = []string{"dryRun"}
-
 func (h *resourceHandler) collection(w http.ResponseWriter, r *http.Request) {
 	namespace, allNamespaces := mux.Vars(r)["namespace"], false
 	if h.store.Resource.Namespaced && namespace == "" {
 		allNamespaces = true
-	}
-	if err := checkQuery(r); err != nil {
-		writeError(w, r, err)
-		return
 	}
 	if err := checkPathSegments(namespace); err != nil {
 		writeError(w, r, err)
@@ -65,30 +57,58 @@ func (h *resourceHandler) collection(w http.ResponseWriter, r *http.Request) {
 			h.methodNotAllowed(w, r, "create")
 			return
 		}
+		opts, err := writeOptions(r, "CreateOptions")
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
 		obj, err := h.decode(w, r)
 		if err != nil {
 			writeError(w, r, err)
 			return
 		}
-		created, err := h.store.Create(r.Context(), namespace, obj)
+		created, err := h.store.Create(r.Context(), namespace, obj, opts)
 		if err != nil {
 			writeError(w, r, err)
 			return
 		}
 		w.Header().Set("ETag", etag(created.GetResourceVersion()))
 		writeObject(w, r, http.StatusCreated, created)
+	case http.MethodDelete:
+		h.deleteCollection(w, r, namespace)
 	default:
 		h.methodNotAllowed(w, r, verb(r.Method))
 	}
 }
 
-func (h *resourceHandler) item(w http.ResponseWriter, r *http.Request) {
-	vars := mux.Vars(r)
-	namespace, name := vars["namespace"], vars["name"]
-	if err := checkQuery(r); err != nil {
+func (h *resourceHandler) deleteCollection(w http.ResponseWriter, r *http.Request, namespace string) {
+	listOpts, err := listOptions(r)
+	if err != nil {
 		writeError(w, r, err)
 		return
 	}
+	opts, err := writeOptions(r, "DeleteOptions")
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	delOpts, err := decodeDeleteOptions(w, r, h.store.Resource.GroupVersion)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	opts.DryRun = opts.DryRun || len(delOpts.DryRun) > 0
+	deleted, err := h.store.DeleteCollection(r.Context(), namespace, listOpts, delOpts, opts)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeObject(w, r, http.StatusOK, deleted)
+}
+
+func (h *resourceHandler) item(w http.ResponseWriter, r *http.Request) {
+	vars := mux.Vars(r)
+	namespace, name := vars["namespace"], vars["name"]
 	if err := checkPathSegments(namespace, name); err != nil {
 		writeError(w, r, err)
 		return
@@ -116,7 +136,7 @@ func (h *resourceHandler) item(w http.ResponseWriter, r *http.Request) {
 		}
 		writeResource(w, r, h.store.Resource, obj)
 	case http.MethodPut:
-		conds, err := writeConditions(r)
+		conds, err := writeOptions(r, "UpdateOptions")
 		if err != nil {
 			writeError(w, r, err)
 			return
@@ -140,7 +160,7 @@ func (h *resourceHandler) item(w http.ResponseWriter, r *http.Request) {
 	case http.MethodPatch:
 		h.patch(w, r, namespace, name)
 	case http.MethodDelete:
-		conds, err := writeConditions(r)
+		conds, err := writeOptions(r, "DeleteOptions")
 		if err != nil {
 			writeError(w, r, err)
 			return
@@ -150,10 +170,7 @@ func (h *resourceHandler) item(w http.ResponseWriter, r *http.Request) {
 			writeError(w, r, err)
 			return
 		}
-		if len(opts.DryRun) > 0 {
-			writeError(w, r, apierrors.NewBadRequest("dryRun is not supported by this server yet; nothing was deleted"))
-			return
-		}
+		conds.DryRun = conds.DryRun || len(opts.DryRun) > 0
 		status, err := h.store.Delete(r.Context(), namespace, name, opts, conds)
 		if err != nil {
 			writeError(w, r, err)
@@ -186,7 +203,7 @@ func (h *resourceHandler) patch(w http.ResponseWriter, r *http.Request, namespac
 			"the body of the request was in an unknown format - accepted media types include: "+strings.Join(names, ", "), 0, false))
 		return
 	}
-	conds, err := writeConditions(r)
+	conds, err := writeOptions(r, "PatchOptions")
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -225,11 +242,35 @@ func (h *resourceHandler) legacyWatch(w http.ResponseWriter, r *http.Request) {
 	h.serveWatch(w, r, namespace, name, opts)
 }
 
-// writeConditions turns If-Match (strong comparison) and If-None-Match
-// (weak comparison; "*" means create-only) into the registry's conditions.
-// A malformed header is 400.
-func writeConditions(r *http.Request) (registry.Conditions, error) {
-	var conds registry.Conditions
+// writeOptions reads a write's query options (dryRun, fieldManager,
+// fieldValidation; kind names the options type in errors) and turns If-Match
+// (strong comparison) and If-None-Match (weak comparison; "*" means
+// create-only) into the registry's conditions. A malformed header is 400.
+func writeOptions(r *http.Request, kind string) (registry.WriteOptions, error) {
+	var conds registry.WriteOptions
+	q := r.URL.Query()
+	var errs field.ErrorList
+	for _, v := range q["dryRun"] {
+		if v != metav1.DryRunAll {
+			errs = append(errs, field.NotSupported(field.NewPath("dryRun"), v, []string{metav1.DryRunAll}))
+		}
+	}
+	conds.DryRun = len(q["dryRun"]) > 0
+	if fm := q.Get("fieldManager"); len(fm) > 128 {
+		errs = append(errs, field.TooLong(field.NewPath("fieldManager"), fm, 128))
+	} else if strings.IndexFunc(fm, func(c rune) bool { return c < 0x20 || c > 0x7e }) >= 0 {
+		errs = append(errs, field.Invalid(field.NewPath("fieldManager"), fm, "must consist of printable characters"))
+	}
+	switch fv := q.Get("fieldValidation"); fv {
+	case "", metav1.FieldValidationIgnore, metav1.FieldValidationWarn, metav1.FieldValidationStrict:
+		conds.StrictFields = fv == metav1.FieldValidationStrict
+	default:
+		errs = append(errs, field.NotSupported(field.NewPath("fieldValidation"), fv,
+			[]string{metav1.FieldValidationIgnore, metav1.FieldValidationWarn, metav1.FieldValidationStrict}))
+	}
+	if len(errs) > 0 {
+		return conds, apierrors.NewInvalid(schema.GroupKind{Group: metav1.GroupName, Kind: kind}, "", errs)
+	}
 	ifMatch, ok, err := headerTags(r, "If-Match")
 	if err != nil {
 		return conds, apierrors.NewBadRequest(err.Error())
@@ -257,7 +298,7 @@ func listOptions(r *http.Request) (*metainternalversion.ListOptions, error) {
 }
 
 func (h *resourceHandler) decode(w http.ResponseWriter, r *http.Request) (registry.Object, error) {
-	obj, err := decodeObject(w, r, h.store.Resource.GroupVersionKind())
+	obj, err := decodeObject(w, r, h.store.Resource.GroupVersionKind(), r.URL.Query().Get("fieldValidation"))
 	if err != nil {
 		return nil, err
 	}
@@ -274,16 +315,6 @@ func (h *resourceHandler) methodNotAllowed(w http.ResponseWriter, r *http.Reques
 
 func verb(method string) string {
 	return strings.ToLower(method)
-}
-
-func checkQuery(r *http.Request) error {
-	q := r.URL.Query()
-	for _, p := range unsupportedQuery {
-		if q.Has(p) {
-			return apierrors.NewBadRequest(fmt.Sprintf("the %s parameter is not supported by this server yet", p))
-		}
-	}
-	return nil
 }
 
 // checkPathSegments refuses names that are not valid path segments ("..",

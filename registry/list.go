@@ -199,3 +199,37 @@ func (s *Store) newList(items []runtime.Object, rev int64, token string, remaini
 	listMeta.SetRemainingItemCount(remaining)
 	return list, nil
 }
+
+// DeleteCollection deletes every object of namespace (all when empty) that
+// listOpts' selectors match, one guarded delete each, and returns the list
+// of what it deleted (or, with finalizers, marked as being deleted).
+func (s *Store) DeleteCollection(ctx context.Context, namespace string, listOpts *metainternalversion.ListOptions, delOpts *metav1.DeleteOptions, opts WriteOptions) (runtime.Object, error) {
+	listOpts.Limit, listOpts.Continue = 0, ""
+	list, err := s.List(ctx, namespace, listOpts)
+	if err != nil {
+		return nil, err
+	}
+	items, err := meta.ExtractList(list)
+	if err != nil {
+		return nil, fmt.Errorf("delete collection: %w", err)
+	}
+	deleted := make([]runtime.Object, 0, len(items))
+	for _, item := range items {
+		obj := item.(Object)
+		if _, err := s.Delete(ctx, obj.GetNamespace(), obj.GetName(), delOpts, opts); apierrors.IsNotFound(err) {
+			continue // deleted meanwhile
+		} else if err != nil {
+			return nil, err
+		}
+		deleted = append(deleted, obj)
+	}
+	listMeta, err := meta.ListAccessor(list)
+	if err != nil {
+		return nil, fmt.Errorf("delete collection: %w", err)
+	}
+	rev, err := strconv.ParseInt(listMeta.GetResourceVersion(), 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("delete collection: %w", err)
+	}
+	return s.newList(deleted, rev, "", nil)
+}

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/concord-dev/concord/etcdstore"
@@ -20,9 +21,23 @@ import (
 // its namespace exists and is active: the create transaction is guarded by
 // the namespace's revision, so a namespace that starts terminating at the
 // same moment cannot be left with new content.
-func (s *Store) createIn(ctx context.Context, namespace, name string, value []byte) (int64, error) {
+// With dryRun it checks all that and that the name is free, and writes
+// nothing.
+func (s *Store) createIn(ctx context.Context, namespace, name string, value []byte, dryRun bool) (int64, error) {
 	gr := s.Resource.GroupResource()
+	if dryRun {
+		_, err := s.storage.Get(ctx, s.ref(namespace, name), 0)
+		if err == nil {
+			return 0, apierrors.NewAlreadyExists(gr, name)
+		}
+		if !errors.Is(err, etcdstore.ErrNotFound) {
+			return 0, toStatus(err, gr, name)
+		}
+	}
 	if !s.Resource.Namespaced {
+		if dryRun {
+			return 0, nil
+		}
 		rev, err := s.storage.Create(ctx, s.ref("", name), value)
 		if err != nil {
 			return 0, toStatus(err, gr, name)
@@ -41,6 +56,9 @@ func (s *Store) createIn(ctx context.Context, namespace, name string, value []by
 		}
 		if ns.Status.Phase == corev1.NamespaceTerminating || ns.DeletionTimestamp != nil {
 			return 0, apierrors.NewForbidden(gr, name, fmt.Errorf("unable to create new content in namespace %s because it is being terminated", namespace))
+		}
+		if dryRun {
+			return 0, nil
 		}
 		rev, err := s.storage.Create(ctx, s.ref(namespace, name), value, etcdstore.Guard{Ref: nsRef, Revision: stored.Revision})
 		if errors.Is(err, etcdstore.ErrConflict) {
@@ -63,7 +81,7 @@ func EnsureSystemNamespaces(ctx context.Context, stores []*Store) error {
 		}
 		for _, name := range SystemNamespaces {
 			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
-			if _, err := s.Create(ctx, "", ns); err != nil && !apierrors.IsAlreadyExists(err) {
+			if _, err := s.Create(ctx, "", ns, WriteOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 				return fmt.Errorf("create namespace %s: %w", name, err)
 			}
 		}
@@ -74,7 +92,7 @@ func EnsureSystemNamespaces(ctx context.Context, stores []*Store) error {
 // deleteNamespace marks the namespace Terminating (new content is refused
 // from then on), deletes every object in it, then deletes the namespace. A
 // DELETE that is interrupted leaves it Terminating; the next DELETE resumes.
-func (s *Store) deleteNamespace(ctx context.Context, name string, opts *metav1.DeleteOptions, conds Conditions) (*metav1.Status, error) {
+func (s *Store) deleteNamespace(ctx context.Context, name string, opts *metav1.DeleteOptions, conds WriteOptions) (runtime.Object, error) {
 	gr := s.Resource.GroupResource()
 	if slices.Contains([]string{metav1.NamespaceDefault, metav1.NamespaceSystem, metav1.NamespacePublic}, name) {
 		return nil, apierrors.NewForbidden(gr, name, errors.New("this namespace may not be deleted"))
@@ -98,6 +116,9 @@ func (s *Store) deleteNamespace(ctx context.Context, name string, opts *metav1.D
 		}
 		ns := obj.(*corev1.Namespace)
 		uid = string(ns.UID)
+		if conds.DryRun {
+			return ns, nil
+		}
 		if ns.Status.Phase == corev1.NamespaceTerminating {
 			rev = stored.Revision
 			break

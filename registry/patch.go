@@ -1,7 +1,6 @@
 package registry
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	kjson "sigs.k8s.io/json"
 )
 
 // maxJSONPatchOperations is kube-apiserver's limit.
@@ -24,7 +24,7 @@ const maxJSONPatchOperations = 10000
 // lands first, the patch is applied again to the new state. The patch is
 // conditional only if it sets metadata.resourceVersion (409 when stale) or
 // conds carry If-Match (412).
-func (s *Store) Patch(ctx context.Context, namespace, name string, pt types.PatchType, patch []byte, conds Conditions) (Object, error) {
+func (s *Store) Patch(ctx context.Context, namespace, name string, pt types.PatchType, patch []byte, opts WriteOptions) (Object, error) {
 	gr := s.Resource.GroupResource()
 	if pt == types.JSONPatchType {
 		ops, err := jsonpatch.DecodePatch(patch)
@@ -35,7 +35,7 @@ func (s *Store) Patch(ctx context.Context, namespace, name string, pt types.Patc
 			return nil, apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("The allowed maximum operations in a JSON patch is %d, got %d", maxJSONPatchOperations, len(ops)))
 		}
 	}
-	obj, _, err := s.replace(ctx, namespace, name, conds, func(old Object) (Object, error) {
+	obj, _, err := s.replace(ctx, namespace, name, opts, func(old Object) (Object, error) {
 		current, err := json.Marshal(old)
 		if err != nil {
 			return nil, fmt.Errorf("encode %s for patching: %w", gr, err)
@@ -45,9 +45,12 @@ func (s *Store) Patch(ctx context.Context, namespace, name string, pt types.Patc
 			return nil, err
 		}
 		out := s.Resource.New()
-		dec := json.NewDecoder(bytes.NewReader(patched))
-		if err := dec.Decode(out); err != nil {
+		strictErrs, err := kjson.UnmarshalStrict(patched, out)
+		if err != nil {
 			return nil, apierrors.NewBadRequest(fmt.Sprintf("the patched object is not a valid %s: %v", s.Resource.Kind, err))
+		}
+		if opts.StrictFields && len(strictErrs) > 0 {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("strict decoding error: %v", errors.Join(strictErrs...)))
 		}
 		if gvk := out.GetObjectKind().GroupVersionKind(); gvk != (schema.GroupVersionKind{}) && gvk != s.Resource.GroupVersionKind() {
 			return nil, apierrors.NewBadRequest(fmt.Sprintf("a patch cannot change apiVersion or kind (to %s)", gvk))

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	jsonserializer "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -91,7 +93,7 @@ func (s *Store) Get(ctx context.Context, namespace, name string) (Object, error)
 
 // Create validates and stores a new object in namespace. The etcd write
 // succeeds only if the key does not exist.
-func (s *Store) Create(ctx context.Context, namespace string, obj Object) (Object, error) {
+func (s *Store) Create(ctx context.Context, namespace string, obj Object, opts WriteOptions) (Object, error) {
 	if obj.GetResourceVersion() != "" {
 		return nil, apierrors.NewBadRequest("create cannot set resourceVersion")
 	}
@@ -104,27 +106,59 @@ func (s *Store) Create(ctx context.Context, namespace string, obj Object) (Objec
 	obj.SetDeletionGracePeriodSeconds(nil)
 	obj.SetGeneration(0)
 	s.Resource.Strategy.PrepareForCreate(obj)
-	errs := apivalidation.ValidateObjectMetaAccessor(obj, s.Resource.Namespaced, s.Resource.NameValidation, field.NewPath("metadata"))
-	errs = append(errs, s.Resource.Strategy.Validate(obj)...)
-	if len(errs) > 0 {
-		return nil, apierrors.NewInvalid(s.Resource.GroupVersionKind().GroupKind(), obj.GetName(), errs)
+	generated := obj.GetName() == "" && obj.GetGenerateName() != ""
+	for attempt := 1; ; attempt++ {
+		if generated {
+			obj.SetName(generateName(obj.GetGenerateName()))
+		}
+		errs := apivalidation.ValidateObjectMetaAccessor(obj, s.Resource.Namespaced, s.Resource.NameValidation, field.NewPath("metadata"))
+		errs = append(errs, s.Resource.Strategy.Validate(obj)...)
+		if len(errs) > 0 {
+			return nil, apierrors.NewInvalid(s.Resource.GroupVersionKind().GroupKind(), obj.GetName(), errs)
+		}
+		value, err := s.encode(obj)
+		if err != nil {
+			return nil, err
+		}
+		rev, err := s.createIn(ctx, namespace, obj.GetName(), value, opts.DryRun)
+		if generated && apierrors.IsAlreadyExists(err) && attempt < maxGenerateNameAttempts {
+			continue // another random suffix
+		}
+		if err != nil {
+			return nil, err
+		}
+		if !opts.DryRun {
+			obj.SetResourceVersion(formatRevision(rev))
+		}
+		return obj, nil
 	}
-	value, err := s.encode(obj)
-	if err != nil {
-		return nil, err
-	}
-	rev, err := s.createIn(ctx, namespace, obj.GetName(), value)
-	if err != nil {
-		return nil, err
-	}
-	obj.SetResourceVersion(strconv.FormatInt(rev, 10))
-	return obj, nil
 }
 
-// Conditions are HTTP preconditions on the stored resourceVersion. They are
-// checked against the revision the write's etcd transaction is guarded by,
-// so nothing can change between the check and the write.
-type Conditions struct {
+// maxGenerateNameAttempts is how often kube-apiserver tries new suffixes.
+const maxGenerateNameAttempts = 8
+
+// generateName appends five random characters to base, as kube's
+// SimpleNameGenerator does (base cut so the name stays within 63).
+func generateName(base string) string {
+	const alphabet = "bcdfghjklmnpqrstvwxz2456789"
+	if len(base) > 58 {
+		base = base[:58]
+	}
+	b := []byte(base)
+	for range 5 {
+		b = append(b, alphabet[rand.IntN(len(alphabet))])
+	}
+	return string(b)
+}
+
+// WriteOptions qualify one write. IfMatch, IfNoneMatch and CreateOnly are
+// HTTP preconditions on the stored resourceVersion, checked against the
+// revision the write's etcd transaction is guarded by, so nothing can change
+// between the check and the write.
+type WriteOptions struct {
+	// DryRun runs the whole write — defaulting, validation, preconditions —
+	// and answers as if it were done, but writes nothing (dryRun=All).
+	DryRun bool
 	// IfMatch must accept the current resourceVersion, else 412.
 	IfMatch func(resourceVersion string) bool
 	// IfNoneMatch must not accept it, else 412.
@@ -132,6 +166,9 @@ type Conditions struct {
 	// CreateOnly (If-None-Match: *): the object must not exist yet; a
 	// replace then creates it.
 	CreateOnly bool
+	// StrictFields refuses a patch that leaves unknown fields in the object
+	// (fieldValidation=Strict; PUT and POST bodies are checked when decoded).
+	StrictFields bool
 }
 
 // maxWriteAttempts bounds the re-reads of a write that races other writes.
@@ -143,7 +180,7 @@ const maxWriteAttempts = 10
 // revision the conditions were checked against; a stale body version is 409
 // Conflict, a failed If-Match or If-None-Match 412, and nothing is written.
 // With conds.CreateOnly a missing object is created (created is true).
-func (s *Store) Update(ctx context.Context, namespace, name string, obj Object, conds Conditions) (_ Object, created bool, _ error) {
+func (s *Store) Update(ctx context.Context, namespace, name string, obj Object, conds WriteOptions) (_ Object, created bool, _ error) {
 	gr := s.Resource.GroupResource()
 	if obj.GetName() != name {
 		return nil, false, apierrors.NewBadRequest(fmt.Sprintf("the name of the object (%s) does not match the name on the URL (%s)", obj.GetName(), name))
@@ -169,7 +206,8 @@ func (s *Store) Update(ctx context.Context, namespace, name string, obj Object, 
 // carries a resourceVersion other than the stored one is a 409 Conflict.
 // When another write lands first, the loop reads again and rebuilds, so
 // header conditions and patches always apply to the current state.
-func (s *Store) replace(ctx context.Context, namespace, name string, conds Conditions, build func(old Object) (Object, error)) (_ Object, created bool, _ error) {
+func (s *Store) replace(ctx context.Context, namespace, name string, opts WriteOptions, build func(old Object) (Object, error)) (_ Object, created bool, _ error) {
+	conds := opts
 	gr := s.Resource.GroupResource()
 	for range maxWriteAttempts {
 		stored, err := s.storage.Get(ctx, s.ref(namespace, name), 0)
@@ -178,7 +216,7 @@ func (s *Store) replace(ctx context.Context, namespace, name string, conds Condi
 			if err != nil {
 				return nil, false, err
 			}
-			out, err := s.Create(ctx, namespace, obj)
+			out, err := s.Create(ctx, namespace, obj, opts)
 			if apierrors.IsAlreadyExists(err) {
 				continue // created meanwhile: check again, now against it
 			}
@@ -216,6 +254,19 @@ func (s *Store) replace(ctx context.Context, namespace, name string, conds Condi
 		if bytes.Equal(value, stored.Value) {
 			// As kube-apiserver: an update that changes nothing writes nothing.
 			return old, false, nil
+		}
+		if opts.DryRun {
+			return next, false, nil
+		}
+		if next.GetDeletionTimestamp() != nil && len(next.GetFinalizers()) == 0 {
+			// The last finalizer is gone from an object being deleted: it
+			// is deleted now, in the same guarded transaction.
+			if _, err := s.storage.Delete(ctx, s.ref(namespace, name), stored.Revision); errors.Is(err, etcdstore.ErrConflict) {
+				continue
+			} else if err != nil {
+				return nil, false, toStatus(err, gr, name)
+			}
+			return next, false, nil
 		}
 		newRev, err := s.storage.Update(ctx, s.ref(namespace, name), value, stored.Revision)
 		if errors.Is(err, etcdstore.ErrConflict) {
@@ -262,7 +313,7 @@ func (s *Store) prepareUpdate(in, old Object) (Object, error) {
 // and opts' preconditions (uid, resourceVersion: 409) hold. The delete is
 // one etcd transaction on the revision they were checked against; if
 // another write lands in between, it re-reads and checks again.
-func (s *Store) Delete(ctx context.Context, namespace, name string, opts *metav1.DeleteOptions, conds Conditions) (*metav1.Status, error) {
+func (s *Store) Delete(ctx context.Context, namespace, name string, opts *metav1.DeleteOptions, conds WriteOptions) (runtime.Object, error) {
 	if s.Resource.IsNamespace {
 		return s.deleteNamespace(ctx, name, opts, conds)
 	}
@@ -279,12 +330,37 @@ func (s *Store) Delete(ctx context.Context, namespace, name string, opts *metav1
 		if err := s.checkDelete(stored, obj, opts, conds); err != nil {
 			return nil, err
 		}
-		_, err = s.storage.Delete(ctx, s.ref(namespace, name), stored.Revision)
-		if errors.Is(err, etcdstore.ErrConflict) {
-			continue
+		if len(obj.GetFinalizers()) > 0 {
+			// Finalizers hold the object: it is only marked as being
+			// deleted; the update that removes the last one deletes it.
+			if obj.GetDeletionTimestamp() != nil || conds.DryRun {
+				return obj, nil
+			}
+			now, zero := metav1.NewTime(time.Now().Truncate(time.Second)), int64(0)
+			obj.SetDeletionTimestamp(&now)
+			obj.SetDeletionGracePeriodSeconds(&zero)
+			value, err := s.encode(obj)
+			if err != nil {
+				return nil, err
+			}
+			rev, err := s.storage.Update(ctx, s.ref(namespace, name), value, stored.Revision)
+			if errors.Is(err, etcdstore.ErrConflict) {
+				continue
+			}
+			if err != nil {
+				return nil, toStatus(err, gr, name)
+			}
+			obj.SetResourceVersion(formatRevision(rev))
+			return obj, nil
 		}
-		if err != nil {
-			return nil, toStatus(err, gr, name)
+		if !conds.DryRun {
+			_, err = s.storage.Delete(ctx, s.ref(namespace, name), stored.Revision)
+			if errors.Is(err, etcdstore.ErrConflict) {
+				continue
+			}
+			if err != nil {
+				return nil, toStatus(err, gr, name)
+			}
 		}
 		return &metav1.Status{
 			Status: metav1.StatusSuccess,
@@ -301,7 +377,7 @@ func (s *Store) Delete(ctx context.Context, namespace, name string, opts *metav1
 
 // checkDelete checks a delete's HTTP conditions (412) and DeleteOptions
 // preconditions (409) against the stored object.
-func (s *Store) checkDelete(stored etcdstore.Object, obj Object, opts *metav1.DeleteOptions, conds Conditions) error {
+func (s *Store) checkDelete(stored etcdstore.Object, obj Object, opts *metav1.DeleteOptions, conds WriteOptions) error {
 	gr := s.Resource.GroupResource()
 	current := formatRevision(stored.Revision)
 	if conds.IfMatch != nil && !conds.IfMatch(current) {
