@@ -1,12 +1,18 @@
 package apiserver
 
 import (
+	"crypto/sha512"
 	"encoding/json"
+	"fmt"
+	"mime"
 	"net/http"
 	goruntime "runtime"
 	"sort"
+	"strconv"
+	"strings"
 
 	"github.com/gorilla/mux"
+	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -15,8 +21,9 @@ import (
 	"github.com/concord-dev/concord/registry"
 )
 
-// servedVerbs are the verbs every resource answers today.
-var servedVerbs = metav1.Verbs{"create", "delete", "get", "list", "patch", "update", "watch"}
+// servedVerbs are the verbs every resource answers, as kube-apiserver lists
+// them for a resource with full storage (sorted).
+var servedVerbs = metav1.Verbs{"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}
 
 // KubernetesVersion is the Kubernetes API level Concord speaks.
 var KubernetesVersion = version.Info{
@@ -28,43 +35,64 @@ var KubernetesVersion = version.Info{
 	Compiler:   goruntime.Compiler,
 }
 
+// aggregatedDiscoveryMediaType is the Content-Type of an aggregated
+// discovery answer; client-go checks its g, v and as parameters to tell it
+// from the legacy APIVersions / APIGroupList.
+const aggregatedDiscoveryMediaType = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+
 // installDiscovery serves /api, /apis, /api/v1, /apis/<g>, /apis/<g>/<v>
-// and /version, all derived from the registry's declarations.
+// and /version, all derived from the registry's declarations. /api and
+// /apis answer aggregated discovery (apidiscovery.k8s.io/v2) to clients
+// that ask for it, and the legacy APIVersions / APIGroupList otherwise.
 func installDiscovery(router *mux.Router, stores []*registry.Store) {
-	byGV := map[schema.GroupVersion][]metav1.APIResource{}
+	byGV := map[schema.GroupVersion][]*registry.Resource{}
 	for _, s := range stores {
-		res := s.Resource
-		byGV[res.GroupVersion] = append(byGV[res.GroupVersion], metav1.APIResource{
-			Name:         res.Plural,
-			SingularName: res.Singular,
-			Namespaced:   res.Namespaced,
-			Kind:         res.Kind,
-			Verbs:        servedVerbs,
-			ShortNames:   res.ShortNames,
-		})
+		byGV[s.Resource.GroupVersion] = append(byGV[s.Resource.GroupVersion], s.Resource)
 	}
+	for _, resources := range byGV {
+		sort.Slice(resources, func(i, j int) bool { return resources[i].Plural < resources[j].Plural })
+	}
+
 	var groups []metav1.APIGroup
+	coreAggregated := &apidiscoveryv2.APIGroupDiscoveryList{}
+	groupsAggregated := &apidiscoveryv2.APIGroupDiscoveryList{}
 	for gv, resources := range byGV {
-		list := &metav1.APIResourceList{GroupVersion: gv.String(), APIResources: resources}
+		list := &metav1.APIResourceList{GroupVersion: gv.String()}
+		versionDiscovery := apidiscoveryv2.APIVersionDiscovery{Version: gv.Version, Freshness: apidiscoveryv2.DiscoveryFreshnessCurrent}
+		for _, res := range resources {
+			list.APIResources = append(list.APIResources, apiResource(res))
+			versionDiscovery.Resources = append(versionDiscovery.Resources, resourceDiscovery(res))
+		}
 		router.Handle(groupVersionPath(gv), staticObject(list)).Methods(http.MethodGet)
+		groupDiscovery := apidiscoveryv2.APIGroupDiscovery{
+			ObjectMeta: metav1.ObjectMeta{Name: gv.Group},
+			Versions:   []apidiscoveryv2.APIVersionDiscovery{versionDiscovery},
+		}
 		if gv.Group == "" {
+			coreAggregated.Items = append(coreAggregated.Items, groupDiscovery)
 			continue
 		}
+		groupsAggregated.Items = append(groupsAggregated.Items, groupDiscovery)
 		gvd := metav1.GroupVersionForDiscovery{GroupVersion: gv.String(), Version: gv.Version}
 		group := metav1.APIGroup{Name: gv.Group, Versions: []metav1.GroupVersionForDiscovery{gvd}, PreferredVersion: gvd}
 		groups = append(groups, group)
 		router.Handle("/apis/"+gv.Group, staticObject(&group)).Methods(http.MethodGet)
 	}
 	sort.Slice(groups, func(i, j int) bool { return groups[i].Name < groups[j].Name })
-	router.Handle("/apis", staticObject(&metav1.APIGroupList{Groups: groups})).Methods(http.MethodGet)
-	router.HandleFunc("/api", func(w http.ResponseWriter, r *http.Request) {
+	sort.Slice(groupsAggregated.Items, func(i, j int) bool {
+		return groupsAggregated.Items[i].Name < groupsAggregated.Items[j].Name
+	})
+
+	apisAggregated := aggregatedDiscovery(groupsAggregated)
+	router.Handle("/apis", withAggregatedDiscovery(apisAggregated, staticObject(&metav1.APIGroupList{Groups: groups}))).Methods(http.MethodGet)
+	router.Handle("/api", withAggregatedDiscovery(aggregatedDiscovery(coreAggregated), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeObject(w, r, http.StatusOK, &metav1.APIVersions{
 			Versions: []string{"v1"},
 			ServerAddressByClientCIDRs: []metav1.ServerAddressByClientCIDR{
 				{ClientCIDR: "0.0.0.0/0", ServerAddress: r.Host},
 			},
 		})
-	}).Methods(http.MethodGet)
+	}))).Methods(http.MethodGet)
 	router.HandleFunc("/version", func(w http.ResponseWriter, r *http.Request) {
 		// version.Info is plain JSON, not a runtime.Object.
 		w.Header().Set("Content-Type", "application/json")
@@ -72,6 +100,117 @@ func installDiscovery(router *mux.Router, stores []*registry.Store) {
 			logger(r).Warn("write response", "err", err)
 		}
 	}).Methods(http.MethodGet)
+}
+
+// apiResource is a resource's entry in the legacy APIResourceList.
+func apiResource(res *registry.Resource) metav1.APIResource {
+	return metav1.APIResource{
+		Name:         res.Plural,
+		SingularName: res.Singular,
+		Namespaced:   res.Namespaced,
+		Kind:         res.Kind,
+		Verbs:        servedVerbs,
+		ShortNames:   res.ShortNames,
+		Categories:   res.Categories,
+	}
+}
+
+// resourceDiscovery is a resource's entry in aggregated discovery.
+func resourceDiscovery(res *registry.Resource) apidiscoveryv2.APIResourceDiscovery {
+	scope := apidiscoveryv2.ScopeCluster
+	if res.Namespaced {
+		scope = apidiscoveryv2.ScopeNamespace
+	}
+	return apidiscoveryv2.APIResourceDiscovery{
+		Resource:         res.Plural,
+		ResponseKind:     &metav1.GroupVersionKind{Group: res.GroupVersion.Group, Version: res.GroupVersion.Version, Kind: res.Kind},
+		Scope:            scope,
+		SingularResource: res.Singular,
+		Verbs:            servedVerbs,
+		ShortNames:       res.ShortNames,
+		Categories:       res.Categories,
+	}
+}
+
+// encodedDiscovery is an aggregated discovery document, encoded once.
+type encodedDiscovery struct {
+	body []byte
+	etag string
+}
+
+func aggregatedDiscovery(list *apidiscoveryv2.APIGroupDiscoveryList) encodedDiscovery {
+	list.Kind = "APIGroupDiscoveryList"
+	list.APIVersion = apidiscoveryv2.SchemeGroupVersion.String()
+	if list.Items == nil {
+		list.Items = []apidiscoveryv2.APIGroupDiscovery{}
+	}
+	body, err := json.Marshal(list)
+	if err != nil {
+		panic(fmt.Sprintf("encode aggregated discovery: %v", err)) // static data: a bug
+	}
+	return encodedDiscovery{body: append(body, '\n'), etag: strconv.Quote(fmt.Sprintf("%X", sha512.Sum512(body)))}
+}
+
+// withAggregatedDiscovery answers doc to the clients whose Accept prefers
+// aggregated discovery, and passes the others to legacy. Like
+// kube-apiserver it sends an ETag and answers If-None-Match with 304.
+func withAggregatedDiscovery(doc encodedDiscovery, legacy http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Add("Vary", "Accept")
+		if !wantsAggregatedDiscovery(r.Header.Get("Accept")) {
+			legacy.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", aggregatedDiscoveryMediaType)
+		w.Header().Set("Cache-Control", "no-cache, private")
+		w.Header().Set("ETag", doc.etag)
+		if match := r.Header.Get("If-None-Match"); match != "" && match == doc.etag {
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+		if _, err := w.Write(doc.body); err != nil {
+			logger(r).Warn("write response", "err", err)
+		}
+	})
+}
+
+// wantsAggregatedDiscovery reads Accept the way the content negotiation
+// does, in order of preference: the first media range Concord can serve
+// decides. application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList
+// (with or without profile=nopeer) is aggregated discovery; other ranges
+// with g/v/as parameters (v2beta1, Table) are skipped; any plain type the
+// server encodes means the legacy answer.
+func wantsAggregatedDiscovery(accept string) bool {
+	type clause struct {
+		aggregated bool
+		q          float64
+	}
+	var clauses []clause
+	for _, part := range strings.Split(accept, ",") {
+		mediaType, params, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err != nil {
+			continue
+		}
+		q := 1.0
+		if v, ok := params["q"]; ok {
+			if q, err = strconv.ParseFloat(v, 64); err != nil || q <= 0 {
+				continue
+			}
+		}
+		if params["g"] != "" || params["v"] != "" || params["as"] != "" {
+			if mediaType == runtime.ContentTypeJSON && params["g"] == apidiscoveryv2.SchemeGroupVersion.Group &&
+				params["v"] == apidiscoveryv2.SchemeGroupVersion.Version && params["as"] == "APIGroupDiscoveryList" {
+				clauses = append(clauses, clause{aggregated: true, q: q})
+			}
+			continue
+		}
+		if _, ok := serializerFor(mediaType); ok || mediaType == "*/*" || mediaType == "application/*" {
+			clauses = append(clauses, clause{q: q})
+		}
+	}
+	sort.SliceStable(clauses, func(i, j int) bool { return clauses[i].q > clauses[j].q })
+	return len(clauses) > 0 && clauses[0].aggregated
 }
 
 // staticObject serves a fresh copy of obj (encoding sets its TypeMeta).

@@ -44,6 +44,7 @@ func New(cfg Config) http.Handler {
 	router.MethodNotAllowedHandler = http.HandlerFunc(notFound)
 
 	installDiscovery(router, cfg.Stores)
+	installOpenAPI(router, cfg.Stores)
 	for _, store := range cfg.Stores {
 		installResource(router, store)
 	}

@@ -1,0 +1,285 @@
+package apiserver_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"sort"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
+
+	"github.com/concord-dev/concord/registry"
+)
+
+const aggregatedDiscoveryType = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+
+// kubectlDiscoveryAccept is what kubectl v1.32 sends to /api and /apis.
+const kubectlDiscoveryAccept = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json"
+
+var allVerbs = metav1.Verbs{"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}
+
+// responseTypes records the Content-Type of the answers to each path.
+type responseTypes struct {
+	mu   sync.Mutex
+	seen map[string]string
+	next http.RoundTripper
+}
+
+func (r *responseTypes) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := r.next.RoundTrip(req)
+	if err == nil {
+		r.mu.Lock()
+		r.seen[req.URL.Path] = resp.Header.Get("Content-Type")
+		r.mu.Unlock()
+	}
+	return resp, err
+}
+
+func (r *responseTypes) get(path string) (string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ct, ok := r.seen[path]
+	return ct, ok
+}
+
+// wantResources is what discovery must say of every declared resource,
+// by group version.
+func wantResources() map[string][]metav1.APIResource {
+	want := map[string][]metav1.APIResource{}
+	for _, res := range registry.Resources {
+		gv := res.GroupVersion.String()
+		want[gv] = append(want[gv], metav1.APIResource{
+			Name:         res.Plural,
+			SingularName: res.Singular,
+			Namespaced:   res.Namespaced,
+			Kind:         res.Kind,
+			Verbs:        allVerbs,
+			ShortNames:   res.ShortNames,
+			Categories:   res.Categories,
+		})
+	}
+	return want
+}
+
+func gotResources(lists []*metav1.APIResourceList) map[string][]metav1.APIResource {
+	got := map[string][]metav1.APIResource{}
+	for _, l := range lists {
+		for _, r := range l.APIResources {
+			// Aggregated discovery fills in group and version; legacy
+			// leaves them empty. Both mean the list's group version.
+			r.Group, r.Version = "", ""
+			got[l.GroupVersion] = append(got[l.GroupVersion], r)
+		}
+	}
+	return got
+}
+
+var sortResources = cmpopts.SortSlices(func(a, b metav1.APIResource) bool { return a.Name < b.Name })
+
+// TestDiscoveryClientAggregated: client-go's discovery client (as kubectl
+// uses it) gets aggregated discovery from /api and /apis, and every
+// declared resource with its verbs, names and scope.
+func TestDiscoveryClientAggregated(t *testing.T) {
+	s := startServer(t)
+	recorder := &responseTypes{seen: map[string]string{}}
+	dc, err := discovery.NewDiscoveryClientForConfig(&rest.Config{Host: s.URL, WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
+		recorder.next = rt
+		return recorder
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups, lists, err := dc.ServerGroupsAndResources()
+	if err != nil {
+		t.Fatalf("ServerGroupsAndResources: %v", err)
+	}
+	for _, path := range []string{"/api", "/apis"} {
+		if ct, _ := recorder.get(path); ct != aggregatedDiscoveryType {
+			t.Errorf("%s answered Content-Type %q; want %q", path, ct, aggregatedDiscoveryType)
+		}
+	}
+	for _, path := range []string{"/api/v1", "/apis/coordination.k8s.io/v1"} {
+		if _, ok := recorder.get(path); ok {
+			t.Errorf("client-go fetched %s; aggregated discovery should have made that unnecessary", path)
+		}
+	}
+	var names []string
+	for _, g := range groups {
+		names = append(names, g.Name+"/"+g.PreferredVersion.Version)
+	}
+	if diff := cmp.Diff([]string{"/v1", "coordination.k8s.io/v1"}, names); diff != "" {
+		t.Errorf("groups (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(wantResources(), gotResources(lists), sortResources, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("resources (-want +got):\n%s", diff)
+	}
+
+	// Spot checks of what kubectl relies on.
+	byName := map[string]metav1.APIResource{}
+	for _, rs := range gotResources(lists) {
+		for _, r := range rs {
+			byName[r.Name] = r
+		}
+	}
+	if ns := byName["namespaces"]; ns.Namespaced || ns.Kind != "Namespace" {
+		t.Errorf("namespaces: %+v; want cluster-scoped Namespace", ns)
+	}
+	if cm := byName["configmaps"]; !cm.Namespaced || cm.SingularName != "configmap" || !cmp.Equal(cm.ShortNames, []string{"cm"}) {
+		t.Errorf("configmaps: %+v; want namespaced, singular configmap, short name cm", cm)
+	}
+	for _, name := range []string{"secrets", "leases"} {
+		if r, ok := byName[name]; !ok || !r.Namespaced {
+			t.Errorf("%s: %+v (found %v); want namespaced", name, r, ok)
+		}
+	}
+}
+
+// TestDiscoveryClientLegacy: a client that wants the legacy documents gets
+// APIVersions, APIGroupList and the APIResourceLists.
+func TestDiscoveryClientLegacy(t *testing.T) {
+	s := startServer(t)
+	recorder := &responseTypes{seen: map[string]string{}}
+	dc, err := discovery.NewDiscoveryClientForConfig(&rest.Config{Host: s.URL, WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
+		recorder.next = rt
+		return recorder
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc.UseLegacyDiscovery = true
+	_, lists, err := dc.ServerGroupsAndResources()
+	if err != nil {
+		t.Fatalf("ServerGroupsAndResources (legacy): %v", err)
+	}
+	for _, path := range []string{"/api", "/apis", "/api/v1", "/apis/coordination.k8s.io/v1"} {
+		if ct, _ := recorder.get(path); ct != "application/json" {
+			t.Errorf("%s answered Content-Type %q; want application/json", path, ct)
+		}
+	}
+	if diff := cmp.Diff(wantResources(), gotResources(lists), sortResources, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("resources (-want +got):\n%s", diff)
+	}
+
+	resp := s.do(t, http.MethodGet, "/api", nil, "Accept", "application/json")
+	var versions metav1.APIVersions
+	resp.decode(t, &versions)
+	if resp.Header.Get("Content-Type") != "application/json" || versions.Kind != "APIVersions" || !cmp.Equal(versions.Versions, []string{"v1"}) {
+		t.Errorf("GET /api (application/json): %s %+v; want APIVersions [v1]", resp.Header.Get("Content-Type"), versions)
+	}
+	resp = s.do(t, http.MethodGet, "/apis", nil, "Accept", "application/json")
+	var groups metav1.APIGroupList
+	resp.decode(t, &groups)
+	if groups.Kind != "APIGroupList" || len(groups.Groups) != 1 || groups.Groups[0].Name != "coordination.k8s.io" {
+		t.Errorf("GET /apis (application/json): %+v; want APIGroupList with coordination.k8s.io", groups)
+	}
+}
+
+// TestDiscoveryAggregatedNegotiation checks the Accept handling of /api and
+// /apis directly, and the aggregated documents themselves.
+func TestDiscoveryAggregatedNegotiation(t *testing.T) {
+	s := startServer(t)
+	for _, tc := range []struct {
+		accept     string
+		aggregated bool
+	}{
+		{kubectlDiscoveryAccept, true},
+		{aggregatedDiscoveryType + ";profile=nopeer," + aggregatedDiscoveryType + ",application/json", true},
+		{"application/json", false},
+		{"", false},
+		{"*/*", false},
+		// Only v2beta1, which Concord does not serve: the legacy answer.
+		{"application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json", false},
+		// The client prefers JSON.
+		{"application/json," + aggregatedDiscoveryType + ";q=0.5", false},
+	} {
+		for _, path := range []string{"/api", "/apis"} {
+			resp := s.do(t, http.MethodGet, path, nil, "Accept", tc.accept)
+			ct := resp.Header.Get("Content-Type")
+			if resp.Code != http.StatusOK || (ct == aggregatedDiscoveryType) != tc.aggregated {
+				t.Errorf("GET %s Accept %q: %d %s; want aggregated %v", path, tc.accept, resp.Code, ct, tc.aggregated)
+			}
+		}
+	}
+
+	resp := s.do(t, http.MethodGet, "/api", nil, "Accept", kubectlDiscoveryAccept)
+	var core apidiscoveryv2.APIGroupDiscoveryList
+	resp.decode(t, &core)
+	if core.Kind != "APIGroupDiscoveryList" || core.APIVersion != "apidiscovery.k8s.io/v2" || len(core.Items) != 1 || core.Items[0].Name != "" {
+		t.Fatalf("GET /api aggregated: %s", resp.Body)
+	}
+	if v := core.Items[0].Versions; len(v) != 1 || v[0].Version != "v1" || v[0].Freshness != apidiscoveryv2.DiscoveryFreshnessCurrent {
+		t.Fatalf("GET /api aggregated versions: %+v", v)
+	}
+	got := map[string]apidiscoveryv2.APIResourceDiscovery{}
+	for _, r := range core.Items[0].Versions[0].Resources {
+		got[r.Resource] = r
+	}
+	for _, res := range registry.Resources {
+		if res.GroupVersion.Group != "" {
+			continue
+		}
+		scope := apidiscoveryv2.ScopeCluster
+		if res.Namespaced {
+			scope = apidiscoveryv2.ScopeNamespace
+		}
+		want := apidiscoveryv2.APIResourceDiscovery{
+			Resource:         res.Plural,
+			ResponseKind:     &metav1.GroupVersionKind{Group: "", Version: "v1", Kind: res.Kind},
+			Scope:            scope,
+			SingularResource: res.Singular,
+			Verbs:            allVerbs,
+			ShortNames:       res.ShortNames,
+			Categories:       res.Categories,
+		}
+		if diff := cmp.Diff(want, got[res.Plural], cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("/api aggregated %s (-want +got):\n%s", res.Plural, diff)
+		}
+	}
+
+	resp = s.do(t, http.MethodGet, "/apis", nil, "Accept", kubectlDiscoveryAccept)
+	var apis apidiscoveryv2.APIGroupDiscoveryList
+	resp.decode(t, &apis)
+	var groupNames []string
+	for _, g := range apis.Items {
+		groupNames = append(groupNames, g.Name)
+	}
+	sort.Strings(groupNames)
+	if !cmp.Equal(groupNames, []string{"coordination.k8s.io"}) {
+		t.Errorf("/apis aggregated groups %v; want [coordination.k8s.io]", groupNames)
+	}
+	if len(apis.Items) == 1 {
+		v := apis.Items[0].Versions
+		if len(v) != 1 || v[0].Version != "v1" || len(v[0].Resources) != 1 ||
+			v[0].Resources[0].Resource != "leases" || v[0].Resources[0].Scope != apidiscoveryv2.ScopeNamespace {
+			raw, _ := json.Marshal(v)
+			t.Errorf("/apis aggregated coordination.k8s.io: %s; want v1 with namespaced leases", raw)
+		}
+	}
+
+	// The ETag lets a client revalidate.
+	etag := resp.Header.Get("ETag")
+	if etag == "" {
+		t.Fatal("aggregated /apis has no ETag")
+	}
+	if again := s.do(t, http.MethodGet, "/apis", nil, "Accept", kubectlDiscoveryAccept, "If-None-Match", etag); again.Code != http.StatusNotModified {
+		t.Errorf("GET /apis If-None-Match its ETag: %d; want 304", again.Code)
+	}
+}
+
+func TestDiscoveryVersion(t *testing.T) {
+	s := startServer(t)
+	dc, err := discovery.NewDiscoveryClientForConfig(&rest.Config{Host: s.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := dc.ServerVersion()
+	if err != nil || info.Major != "1" || info.GitVersion == "" {
+		t.Errorf("ServerVersion: %+v, %v", info, err)
+	}
+}
