@@ -70,9 +70,7 @@ func TestDevModeServesAndKeepsDataAcrossRestart(t *testing.T) {
 		t.Fatalf("kubeconfig clusters = %+v; want one cluster with server %q\n%s", kc.Clusters, first.url, raw)
 	}
 
-	// --validate=false: Concord serves no OpenAPI yet, which kubectl's
-	// client-side validation may ask for.
-	out, errOut, err := kubectl(t, first.kubeconfig, cacheDir, "create", "configmap", "flags", "--from-literal=mode=blue", "--validate=false")
+	out, errOut, err := kubectl(t, first.kubeconfig, cacheDir, "create", "configmap", "flags", "--from-literal=mode=blue")
 	if err != nil {
 		t.Fatalf("kubectl create configmap flags: %v\nstdout: %s\nstderr: %s", err, out, errOut)
 	}
