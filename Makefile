@@ -6,16 +6,17 @@ run:
 	go run ./cmd/concord
 
 # Every test: real embedded etcd, real HTTP, the real binary, kubectl,
-# client-go and a headless Chromium.
+# client-go, a headless Chromium, and a 3-member etcd cluster behind HAProxy.
 test: deps
 	go vet ./...
 	go test -count=1 -timeout 15m ./...
 
-# deps installs what the tests drive that Go does not bring: Chromium from
-# Debian's packages (as root; otherwise it says what to run). kubectl is
-# expected at /usr/bin/kubectl.
+# deps installs what the tests drive that Go does not bring: Chromium and
+# HAProxy from Debian's packages (as root; otherwise it says what to run).
+# kubectl is expected at /usr/bin/kubectl.
 deps:
 	@command -v kubectl >/dev/null || { echo "make test: kubectl is needed (the e2e tests drive the real kubectl)"; exit 1; }
-	@command -v chromium >/dev/null || { \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update && apt-get install -y chromium; \
-	  else echo "make test: the browser test needs Chromium: sudo apt-get install -y chromium"; exit 1; fi; }
+	@if ! command -v chromium >/dev/null || ! command -v haproxy >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update && apt-get install -y chromium haproxy; \
+	  else echo "make test: the tests need Chromium and HAProxy: sudo apt-get install -y chromium haproxy"; exit 1; fi; \
+	fi
