@@ -331,6 +331,11 @@ func TestBadInputIsRefusedWithStatusAndNothingStored(t *testing.T) {
 			code: http.StatusNotFound, reason: metav1.StatusReasonNotFound,
 		},
 		{
+			name: "22b DELETE on the namespaces collection", method: http.MethodDelete, path: "/api/v1/namespaces",
+			code: http.StatusMethodNotAllowed, reason: metav1.StatusReasonMethodNotAllowed,
+			message: `deletecollection is not supported on resources of kind "namespaces"`,
+		},
+		{
 			name: "22 POST to all namespaces", method: http.MethodPost, path: "/api/v1/configmaps",
 			body: cm("everywhere", "default", "", data),
 			code: http.StatusMethodNotAllowed, reason: metav1.StatusReasonMethodNotAllowed,

@@ -21,10 +21,6 @@ import (
 	"github.com/concord-dev/concord/registry"
 )
 
-// servedVerbs are the verbs every resource answers, as kube-apiserver lists
-// them for a resource with full storage (sorted).
-var servedVerbs = metav1.Verbs{"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}
-
 // KubernetesVersion is the Kubernetes API level Concord speaks.
 var KubernetesVersion = version.Info{
 	Major:      "1",
@@ -109,7 +105,7 @@ func apiResource(res *registry.Resource) metav1.APIResource {
 		SingularName: res.Singular,
 		Namespaced:   res.Namespaced,
 		Kind:         res.Kind,
-		Verbs:        servedVerbs,
+		Verbs:        res.Verbs(),
 		ShortNames:   res.ShortNames,
 		Categories:   res.Categories,
 	}
@@ -126,7 +122,7 @@ func resourceDiscovery(res *registry.Resource) apidiscoveryv2.APIResourceDiscove
 		ResponseKind:     &metav1.GroupVersionKind{Group: res.GroupVersion.Group, Version: res.GroupVersion.Version, Kind: res.Kind},
 		Scope:            scope,
 		SingularResource: res.Singular,
-		Verbs:            servedVerbs,
+		Verbs:            res.Verbs(),
 		ShortNames:       res.ShortNames,
 		Categories:       res.Categories,
 	}

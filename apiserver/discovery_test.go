@@ -24,6 +24,15 @@ const kubectlDiscoveryAccept = "application/json;g=apidiscovery.k8s.io;v=v2;as=A
 
 var allVerbs = metav1.Verbs{"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}
 
+// kubeVerbs are the verbs kube-apiserver lists for res: all, except that
+// namespaces have no deletecollection.
+func kubeVerbs(res *registry.Resource) metav1.Verbs {
+	if res.Plural == "namespaces" {
+		return metav1.Verbs{"create", "delete", "get", "list", "patch", "update", "watch"}
+	}
+	return allVerbs
+}
+
 // responseTypes records the Content-Type of the answers to each path.
 type responseTypes struct {
 	mu   sync.Mutex
@@ -59,7 +68,7 @@ func wantResources() map[string][]metav1.APIResource {
 			SingularName: res.Singular,
 			Namespaced:   res.Namespaced,
 			Kind:         res.Kind,
-			Verbs:        allVerbs,
+			Verbs:        kubeVerbs(res),
 			ShortNames:   res.ShortNames,
 			Categories:   res.Categories,
 		})
@@ -233,7 +242,7 @@ func TestDiscoveryAggregatedNegotiation(t *testing.T) {
 			ResponseKind:     &metav1.GroupVersionKind{Group: "", Version: "v1", Kind: res.Kind},
 			Scope:            scope,
 			SingularResource: res.Singular,
-			Verbs:            allVerbs,
+			Verbs:            kubeVerbs(res),
 			ShortNames:       res.ShortNames,
 			Categories:       res.Categories,
 		}

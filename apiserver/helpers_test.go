@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -44,12 +45,55 @@ func startServerWith(t *testing.T, cfg registry.WatchConfig) *testServer {
 // etcd store, so a test can step into the write path.
 func startServerOn(t *testing.T, cfg registry.WatchConfig, wrap func(*etcdstore.Store) registry.Storage, corsOrigins ...*regexp.Regexp) *testServer {
 	t.Helper()
+	return startServerWithOptions(t, serverOptions{watch: cfg, wrap: wrap, cors: corsOrigins})
+}
+
+// serverOptions configure startServerWithOptions; the zero value is
+// startServer's server.
+type serverOptions struct {
+	watch registry.WatchConfig
+	wrap  func(*etcdstore.Store) registry.Storage
+	cors  []*regexp.Regexp
+	// etcdRequestTimeout bounds each etcd request (0: no bound).
+	etcdRequestTimeout time.Duration
+	// shutdown, when closed, fails /readyz.
+	shutdown <-chan struct{}
+	// logOut receives the server's JSON log (nil: discarded).
+	logOut io.Writer
+}
+
+// startServerWithOptions starts a server as run does: etcd health check,
+// store metrics and API metrics in one registry that /metrics serves.
+func startServerWithOptions(t *testing.T, opts serverOptions) *testServer {
+	t.Helper()
+	if opts.watch == (registry.WatchConfig{}) {
+		opts.watch = registry.DefaultWatchConfig()
+	}
+	if opts.wrap == nil {
+		opts.wrap = func(s *etcdstore.Store) registry.Storage { return s }
+	}
+	if opts.logOut == nil {
+		opts.logOut = io.Discard
+	}
 	e := etcdtest.Start(t)
-	stores := registry.NewStores(wrap(etcdstore.New(e.Client, "/registry")), cfg)
+	reg := prometheus.NewRegistry()
+	groups := map[string]string{}
+	for _, res := range registry.Resources {
+		groups[res.Plural] = res.GroupVersion.Group
+	}
+	storeMetrics, err := etcdstore.NewMetrics(reg, groups)
+	if err != nil {
+		t.Fatalf("store metrics: %v", err)
+	}
+	store := etcdstore.NewWithOptions(e.Client, "/registry", etcdstore.Options{RequestTimeout: opts.etcdRequestTimeout, Metrics: storeMetrics})
+	stores := registry.NewStores(opts.wrap(store), opts.watch)
 	handler := apiserver.New(apiserver.Config{
 		Stores:             stores,
-		Logger:             slog.New(slog.NewTextHandler(io.Discard, nil)),
-		CORSAllowedOrigins: corsOrigins,
+		Logger:             slog.New(slog.NewJSONHandler(opts.logOut, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		CORSAllowedOrigins: opts.cors,
+		StorageCheck:       store.Check,
+		ShutdownInitiated:  opts.shutdown,
+		Metrics:            reg,
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -23,7 +23,8 @@ import (
 
 // resourceHandler serves one resource's collection and item paths.
 type resourceHandler struct {
-	store *registry.Store
+	store   *registry.Store
+	metrics *metrics
 }
 
 func (h *resourceHandler) collection(w http.ResponseWriter, r *http.Request) {
@@ -31,6 +32,7 @@ func (h *resourceHandler) collection(w http.ResponseWriter, r *http.Request) {
 	if h.store.Resource.Namespaced && namespace == "" {
 		allNamespaces = true
 	}
+	describeResource(r, h.store.Resource, collectionVerb(r.Method), namespace, "")
 	if err := checkPathSegments(namespace); err != nil {
 		writeError(w, r, err)
 		return
@@ -43,6 +45,7 @@ func (h *resourceHandler) collection(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if opts.Watch {
+			infoOf(r).verb = "WATCH"
 			h.serveWatch(w, r, namespace, "", opts)
 			return
 		}
@@ -75,6 +78,10 @@ func (h *resourceHandler) collection(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("ETag", etag(created.GetResourceVersion()))
 		writeObject(w, r, http.StatusCreated, created)
 	case http.MethodDelete:
+		if !slices.Contains(h.store.Resource.Verbs(), "deletecollection") {
+			h.methodNotAllowed(w, r, "deletecollection")
+			return
+		}
 		h.deleteCollection(w, r, namespace)
 	default:
 		h.methodNotAllowed(w, r, verb(r.Method))
@@ -109,6 +116,7 @@ func (h *resourceHandler) deleteCollection(w http.ResponseWriter, r *http.Reques
 func (h *resourceHandler) item(w http.ResponseWriter, r *http.Request) {
 	vars := mux.Vars(r)
 	namespace, name := vars["namespace"], vars["name"]
+	describeResource(r, h.store.Resource, r.Method, namespace, name)
 	if err := checkPathSegments(namespace, name); err != nil {
 		writeError(w, r, err)
 		return
@@ -226,7 +234,9 @@ func (h *resourceHandler) patch(w http.ResponseWriter, r *http.Request, namespac
 func (h *resourceHandler) legacyWatch(w http.ResponseWriter, r *http.Request) {
 	vars := mux.Vars(r)
 	namespace, name := vars["namespace"], vars["name"]
+	describeResource(r, h.store.Resource, "WATCH", namespace, name)
 	if r.Method != http.MethodGet {
+		infoOf(r).verb = r.Method
 		h.methodNotAllowed(w, r, verb(r.Method))
 		return
 	}
@@ -311,6 +321,18 @@ func (h *resourceHandler) decode(w http.ResponseWriter, r *http.Request) (regist
 
 func (h *resourceHandler) methodNotAllowed(w http.ResponseWriter, r *http.Request, verb string) {
 	writeError(w, r, apierrors.NewMethodNotSupported(h.store.Resource.GroupResource(), verb))
+}
+
+// collectionVerb is kube-apiserver's verb of a request to a collection:
+// LIST (WATCH once the options say so), POST, DELETECOLLECTION.
+func collectionVerb(method string) string {
+	switch method {
+	case http.MethodGet:
+		return "LIST"
+	case http.MethodDelete:
+		return "DELETECOLLECTION"
+	}
+	return method
 }
 
 func verb(method string) string {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -63,6 +64,11 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	st := status.Status()
 	st.Status = metav1.StatusFailure
+	if st.Details != nil && st.Details.RetryAfterSeconds > 0 {
+		// As kube-apiserver: clients (client-go) wait this long and retry.
+		w.Header().Set("Retry-After", strconv.Itoa(int(st.Details.RetryAfterSeconds)))
+	}
+	infoOf(r).reason = st.Reason
 	info, negotiateErr := responseSerializer(r)
 	if negotiateErr != nil {
 		info, _ = serializerFor(runtime.ContentTypeJSON)

@@ -8,9 +8,13 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
+	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/gorilla/mux"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -26,6 +30,18 @@ type Config struct {
 	RequestTimeout time.Duration
 	// CORSAllowedOrigins are the origins browsers may call from; none: CORS off.
 	CORSAllowedOrigins []*regexp.Regexp
+	// StorageCheck reports whether etcd serves a linearizable read; it is
+	// the etcd check of /readyz and /healthz, run with a 2 s deadline. Nil
+	// leaves the check out.
+	StorageCheck func(ctx context.Context) error
+	// ShutdownInitiated is closed when the server begins to shut down:
+	// from then on /readyz fails (its shutdown check) while requests are
+	// still served. Nil: never.
+	ShutdownInitiated <-chan struct{}
+	// Metrics receives the API's metrics and is what /metrics serves, with
+	// whatever else the caller registered in it. Nil: a registry of the
+	// API's metrics alone.
+	Metrics *prometheus.Registry
 }
 
 // New returns the HTTP handler of the API.
@@ -36,19 +52,67 @@ func New(cfg Config) http.Handler {
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = time.Minute
 	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = prometheus.NewRegistry()
+	}
+	m := newMetrics(cfg.Metrics, cfg.Stores)
 	router := mux.NewRouter()
 	// Keep ".." and "." in paths so that they are refused as names, not
 	// redirected somewhere else.
 	router.SkipClean(true)
 	router.NotFoundHandler = http.HandlerFunc(notFound)
 	router.MethodNotAllowedHandler = http.HandlerFunc(notFound)
+	// Other paths than resources are labelled in the metrics by their
+	// route; resource handlers replace that with the resource.
+	router.Use(func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if tpl, err := mux.CurrentRoute(r).GetPathTemplate(); err == nil {
+				infoOf(r).subresource = tpl
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
 
 	installDiscovery(router, cfg.Stores)
 	installOpenAPI(router, cfg.Stores)
 	for _, store := range cfg.Stores {
-		installResource(router, store)
+		installResource(router, store, m)
 	}
-	return withRequestContext(withCORS(router, cfg.CORSAllowedOrigins), cfg.Logger, cfg.RequestTimeout)
+	api := withCORS(router, cfg.CORSAllowedOrigins)
+	probes := probeHandler(healthEndpoints(cfg.StorageCheck, cfg.ShutdownInitiated),
+		promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	return withRequestContext(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !probes(w, r) {
+			api.ServeHTTP(w, r)
+		}
+	}), cfg.Logger, cfg.RequestTimeout, m)
+}
+
+// probeHandler serves the health endpoints and /metrics, before and apart
+// from the API's filters (CORS, and any authentication or limits to come):
+// load balancers and Prometheus must always reach them. It reports whether
+// the request was one of them.
+func probeHandler(health map[string]*healthEndpoint, metrics http.Handler) func(w http.ResponseWriter, r *http.Request) bool {
+	return func(w http.ResponseWriter, r *http.Request) bool {
+		info := infoOf(r)
+		if r.URL.Path == "/metrics" {
+			info.probe, info.component, info.subresource = true, "", r.URL.Path
+			metrics.ServeHTTP(w, r)
+			return true
+		}
+		name, check, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+		h, ok := health[name]
+		if !ok {
+			return false
+		}
+		info.probe, info.component = true, ""
+		if check == "" && strings.HasSuffix(r.URL.Path, "/") {
+			notFound(w, r)
+			return true
+		}
+		h.serveHTTP(w, r, check)
+		return true
+	}
 }
 
 func notFound(w http.ResponseWriter, r *http.Request) {
@@ -64,9 +128,9 @@ func groupVersionPath(gv schema.GroupVersion) string {
 	return "/apis/" + gv.Group + "/" + gv.Version
 }
 
-func installResource(router *mux.Router, store *registry.Store) {
+func installResource(router *mux.Router, store *registry.Store, m *metrics) {
 	res := store.Resource
-	h := &resourceHandler{store: store}
+	h := &resourceHandler{store: store, metrics: m}
 	base := groupVersionPath(res.GroupVersion)
 	if res.Namespaced {
 		router.Handle(base+"/namespaces/{namespace}/"+res.Plural, http.HandlerFunc(h.collection))
@@ -84,17 +148,24 @@ func installResource(router *mux.Router, store *registry.Store) {
 	router.Handle(base+"/watch/"+res.Plural+"/{name}", http.HandlerFunc(h.legacyWatch))
 }
 
-// withRequestContext puts a deadline and a logger on every request, logs
-// one line per request, and turns a panic into a 500 Status.
-func withRequestContext(next http.Handler, log *slog.Logger, timeout time.Duration) http.Handler {
+// withRequestContext gives every request an audit ID (the Audit-Id
+// response header, as kube-apiserver's, and "auditID" on every log line of
+// the request), a deadline, a logger and a requestInfo; it logs one line per
+// request, records its metrics, and turns a panic into a 500 Status.
+func withRequestContext(next http.Handler, log *slog.Logger, timeout time.Duration, m *metrics) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
+		auditID := uuid.NewString()
+		w.Header().Set("Audit-Id", auditID)
+		log := log.With("auditID", auditID)
+		info := &requestInfo{verb: r.Method, component: componentAPIServer}
 		ctx, cancel := r.Context(), context.CancelFunc(func() {})
 		if !isWatch(r) {
 			ctx, cancel = context.WithTimeout(ctx, timeout)
 		}
 		defer cancel()
 		ctx = context.WithValue(ctx, loggerKey{}, log)
+		ctx = context.WithValue(ctx, requestInfoKey{}, info)
 		r = r.WithContext(ctx)
 		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
 		defer func() {
@@ -104,8 +175,14 @@ func withRequestContext(next http.Handler, log *slog.Logger, timeout time.Durati
 				}
 				writeError(rec, r, fmt.Errorf("panic: %v", p))
 			}
-			log.Info("request", "verb", r.Method, "path", r.URL.Path, "code", rec.code,
-				"latency", time.Since(start).Round(time.Microsecond).String(), "userAgent", r.UserAgent())
+			took := time.Since(start)
+			m.recordRequest(r, info, rec.code, took)
+			level := slog.LevelInfo
+			if info.probe {
+				level = slog.LevelDebug
+			}
+			log.Log(ctx, level, "request", "verb", r.Method, "path", r.URL.Path, "code", rec.code,
+				"latency", took.Round(time.Microsecond).String(), "userAgent", r.UserAgent())
 		}()
 		next.ServeHTTP(rec, r)
 	})

@@ -61,6 +61,7 @@ func (h *resourceHandler) serveWatch(w http.ResponseWriter, r *http.Request, nam
 		writeError(w, r, err)
 		return
 	}
+	defer h.metrics.watchStarted(infoOf(r))()
 
 	mediaType := info.MediaType
 	if mediaType != runtime.ContentTypeJSON {
@@ -77,11 +78,26 @@ func (h *resourceHandler) serveWatch(w http.ResponseWriter, r *http.Request, nam
 
 	encoder := streaming.NewEncoder(info.StreamSerializer.Framer.NewFrameWriter(w), info.StreamSerializer.Serializer)
 	var buf bytes.Buffer
+	// kubectl get -w asks for Tables: each change is then a one-row Table,
+	// with the column definitions in the first one only, as kube-apiserver.
+	asTable, includeObject, headers := wantsTable(r), r.URL.Query().Get("includeObject"), true
 	send := func(ev watch.Event) error {
 		buf.Reset()
 		obj := ev.Object
 		if st, ok := obj.(*metav1.Status); ok {
 			st.Kind, st.APIVersion = "Status", "v1"
+		}
+		if asTable && (ev.Type == watch.Added || ev.Type == watch.Modified || ev.Type == watch.Deleted) {
+			table, err := toTable(h.store.Resource, obj, includeObject)
+			if err != nil {
+				return err
+			}
+			table.Kind, table.APIVersion = "Table", metav1.SchemeGroupVersion.String()
+			if !headers {
+				table.ColumnDefinitions = nil
+			}
+			headers = false
+			obj = table
 		}
 		if err := info.Serializer.Encode(obj, &buf); err != nil {
 			return fmt.Errorf("encode watch event: %w", err)
@@ -90,6 +106,7 @@ func (h *resourceHandler) serveWatch(w http.ResponseWriter, r *http.Request, nam
 		if err := encoder.Encode(&out); err != nil {
 			return err
 		}
+		h.metrics.watchEvent(h.store.Resource)
 		return flusher.Flush()
 	}
 	ctx, cancel := contextWithTimeout(r, timeout)

@@ -17,6 +17,7 @@ const compactRevKey = "compact_rev_key"
 // previous round, so history always spans at least one interval and exactly
 // one replica compacts per round.
 type Compactor struct {
+	store  *Store
 	client *clientv3.Client
 	key    string
 	// version is the compact key's version this replica last saw.
@@ -28,13 +29,15 @@ type Compactor struct {
 
 // NewCompactor returns a compactor for the store's etcd.
 func (s *Store) NewCompactor() *Compactor {
-	return &Compactor{client: s.kv.Client, key: s.prefix + "/" + compactRevKey}
+	return &Compactor{store: s, client: s.kv.Client, key: s.prefix + "/" + compactRevKey}
 }
 
 // Round runs one compaction round. It returns the revision compacted to, or
 // 0 if this round compacted nothing (another replica won it, or it was the
-// first round).
-func (c *Compactor) Round(ctx context.Context) (int64, error) {
+// first round). The round is bounded by the store's request timeout.
+func (c *Compactor) Round(ctx context.Context) (_ int64, err error) {
+	ctx, end := c.store.begin(ctx, "compact", "")
+	defer func() { end(err) }()
 	resp, err := c.client.Txn(ctx).If(
 		clientv3.Compare(clientv3.Version(c.key), "=", c.version),
 	).Then(

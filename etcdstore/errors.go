@@ -15,6 +15,9 @@ var (
 	ErrCompacted = errors.New("etcdstore: revision compacted")
 	// ErrFutureRevision: the revision asked for is newer than the store's.
 	ErrFutureRevision = errors.New("etcdstore: revision is in the future")
+	// ErrUnavailable: etcd cannot serve the request now (no leader, leader
+	// changed, member stopping, unreachable); retrying later may succeed.
+	ErrUnavailable = errors.New("etcdstore: etcd is unavailable")
 	// ErrInvalidKey: a key segment is empty, ".", ".." or contains "/".
 	ErrInvalidKey = errors.New("etcdstore: invalid key segment")
 )

@@ -11,11 +11,14 @@ import (
 	"fmt"
 	"path"
 	"strings"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/kubernetes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Ref names one object: <prefix>/<resource>/<namespace>/<name>, or
@@ -57,16 +60,51 @@ type ListResult struct {
 
 // Store keeps objects in etcd under a key prefix.
 type Store struct {
-	kv     kubernetes.Client
-	prefix string
+	kv      kubernetes.Client
+	prefix  string
+	timeout time.Duration
+	metrics *Metrics
+}
+
+// Options tune a Store; the zero value is what New gives.
+type Options struct {
+	// RequestTimeout bounds every etcd request the store sends (0: only
+	// the caller's context does), so that no call waits for an etcd that
+	// is gone longer than this, however long the caller's deadline.
+	RequestTimeout time.Duration
+	// Metrics, when set, records the duration and the failures of every
+	// etcd request (see NewMetrics).
+	Metrics *Metrics
 }
 
 // New returns a Store that keeps its keys under prefix (for example
 // "/registry"). The caller owns client and closes it.
 func New(client *clientv3.Client, prefix string) *Store {
+	return NewWithOptions(client, prefix, Options{})
+}
+
+// NewWithOptions is New with per-request timeouts and metrics.
+func NewWithOptions(client *clientv3.Client, prefix string, opts Options) *Store {
 	return &Store{
-		kv:     kubernetes.Client{Client: client},
-		prefix: "/" + strings.Trim(prefix, "/"),
+		kv:      kubernetes.Client{Client: client},
+		prefix:  "/" + strings.Trim(prefix, "/"),
+		timeout: opts.RequestTimeout,
+		metrics: opts.Metrics,
+	}
+}
+
+// begin prepares one etcd request: its context gets the store's request
+// timeout and asks etcd to refuse at once, rather than wait, when the member
+// has no leader. end releases the context and records the request.
+func (s *Store) begin(ctx context.Context, op, resource string) (_ context.Context, end func(error)) {
+	start := time.Now()
+	cancel := context.CancelFunc(func() {})
+	if s.timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+	}
+	return clientv3.WithRequireLeader(ctx), func(err error) {
+		cancel()
+		s.metrics.observe(op, resource, time.Since(start), err)
 	}
 }
 
@@ -77,7 +115,9 @@ func (s *Store) Get(ctx context.Context, ref Ref, revision int64) (Object, error
 	if err != nil {
 		return Object{}, err
 	}
+	ctx, end := s.begin(ctx, "get", ref.Resource)
 	resp, err := s.kv.Get(ctx, key, kubernetes.GetOptions{Revision: revision})
+	end(err)
 	if err != nil {
 		return Object{}, storeError("get", key, err)
 	}
@@ -97,7 +137,9 @@ func (s *Store) List(ctx context.Context, resource, namespace string, opts ListO
 		return ListResult{}, err
 	}
 	// The range end is the prefix's end, so no Start can read outside it.
+	ctx, end := s.begin(ctx, "list", resource)
 	resp, err := s.kv.List(ctx, prefix, kubernetes.ListOptions{Revision: opts.Revision, Limit: opts.Limit, Continue: prefix + opts.Start})
+	end(err)
 	if err != nil {
 		return ListResult{}, storeError("list", prefix, err)
 	}
@@ -109,6 +151,38 @@ func (s *Store) List(ctx context.Context, resource, namespace string, opts ListO
 	}
 	out.Remaining = resp.Count - int64(len(resp.Kvs))
 	return out, nil
+}
+
+// Count returns how many objects of resource etcd holds, in all
+// namespaces, with a count-only range read.
+func (s *Store) Count(ctx context.Context, resource string) (int64, error) {
+	prefix, err := s.listPrefix(resource, "")
+	if err != nil {
+		return 0, err
+	}
+	ctx, end := s.begin(ctx, "count", resource)
+	n, err := s.kv.Count(ctx, prefix, kubernetes.CountOptions{})
+	end(err)
+	if err != nil {
+		return 0, storeError("count", prefix, err)
+	}
+	return n, nil
+}
+
+// Check reports whether etcd serves a linearizable read now: nil, or the
+// error of the read (ErrUnavailable when the member has no leader). It is
+// the storage health check; it is not counted in the metrics.
+func (s *Store) Check(ctx context.Context) error {
+	key := s.prefix + "/health"
+	if s.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
+	if _, err := s.kv.Client.Get(clientv3.WithRequireLeader(ctx), key, clientv3.WithCountOnly()); err != nil {
+		return storeError("health check", key, err)
+	}
+	return nil
 }
 
 // Guard is a further condition on a create: the key of Ref must still be
@@ -129,7 +203,9 @@ func (s *Store) Create(ctx context.Context, ref Ref, value []byte, guards ...Gua
 		return 0, err
 	}
 	if len(guards) == 0 {
+		ctx, end := s.begin(ctx, "create", ref.Resource)
 		resp, err := s.kv.OptimisticPut(ctx, key, value, 0, kubernetes.PutOptions{})
+		end(err)
 		if err != nil {
 			return 0, storeError("create", key, err)
 		}
@@ -146,7 +222,9 @@ func (s *Store) Create(ctx context.Context, ref Ref, value []byte, guards ...Gua
 		}
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(gkey), "=", g.Revision))
 	}
+	ctx, end := s.begin(ctx, "create", ref.Resource)
 	resp, err := s.kv.Client.Txn(ctx).If(cmps...).Then(clientv3.OpPut(key, string(value))).Else(clientv3.OpGet(key, clientv3.WithCountOnly())).Commit()
+	end(err)
 	if err != nil {
 		return 0, storeError("create", key, err)
 	}
@@ -171,7 +249,9 @@ func (s *Store) Update(ctx context.Context, ref Ref, value []byte, revision int6
 	if revision <= 0 {
 		return 0, fmt.Errorf("update %s: revision %d: %w", key, revision, ErrConflict)
 	}
+	ctx, end := s.begin(ctx, "update", ref.Resource)
 	resp, err := s.kv.OptimisticPut(ctx, key, value, revision, kubernetes.PutOptions{GetOnFailure: true})
+	end(err)
 	if err != nil {
 		return 0, storeError("update", key, err)
 	}
@@ -192,7 +272,9 @@ func (s *Store) Delete(ctx context.Context, ref Ref, revision int64) (int64, err
 	if revision <= 0 {
 		return 0, fmt.Errorf("delete %s: revision %d: %w", key, revision, ErrConflict)
 	}
+	ctx, end := s.begin(ctx, "delete", ref.Resource)
 	resp, err := s.kv.OptimisticDelete(ctx, key, revision, kubernetes.DeleteOptions{GetOnFailure: true})
+	end(err)
 	if err != nil {
 		return 0, storeError("delete", key, err)
 	}
@@ -251,12 +333,27 @@ func object(kv *mvccpb.KeyValue) Object {
 }
 
 // storeError wraps an etcd error, translating the ones callers act on.
+// A deadline stays context.DeadlineExceeded (the store's request timeout or
+// the caller's ran out).
 func storeError(op, key string, err error) error {
 	switch {
 	case errors.Is(err, rpctypes.ErrCompacted):
 		return fmt.Errorf("%s %s: %w: %w", op, key, ErrCompacted, err)
 	case errors.Is(err, rpctypes.ErrFutureRev):
 		return fmt.Errorf("%s %s: %w: %w", op, key, ErrFutureRevision, err)
+	case unavailable(err):
+		return fmt.Errorf("%s %s: %w: %w", op, key, ErrUnavailable, err)
 	}
 	return fmt.Errorf("%s %s: %w", op, key, err)
+}
+
+// unavailable reports an etcd that cannot serve the request now but may
+// soon: gRPC code Unavailable, which etcd uses for no leader, leader
+// changed, stopping, not capable and its own request timeouts.
+func unavailable(err error) bool {
+	var etcdErr rpctypes.EtcdError
+	if errors.As(err, &etcdErr) {
+		return etcdErr.Code() == codes.Unavailable
+	}
+	return status.Code(err) == codes.Unavailable
 }

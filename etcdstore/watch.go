@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -50,7 +51,9 @@ func (w *Watch) RequestProgress() error {
 
 // CurrentRevision returns the store's latest revision (a linearizable read).
 func (s *Store) CurrentRevision(ctx context.Context) (int64, error) {
+	ctx, end := s.begin(ctx, "revision", "")
 	resp, err := s.kv.Client.Get(ctx, s.prefix+"/", clientv3.WithCountOnly(), clientv3.WithLimit(1))
+	end(err)
 	if err != nil {
 		return 0, storeError("revision", s.prefix, err)
 	}
@@ -66,7 +69,9 @@ func (s *Store) Watch(ctx context.Context, resource string, from int64) (*Watch,
 		return nil, err
 	}
 	ctx = clientv3.WithRequireLeader(ctx)
+	start := time.Now()
 	wch := s.kv.Client.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(from+1), clientv3.WithPrevKV(), clientv3.WithProgressNotify())
+	s.metrics.observe("watch-start", resource, time.Since(start), nil)
 	out := make(chan WatchResponse)
 	go func() {
 		defer close(out)

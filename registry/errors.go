@@ -35,9 +35,29 @@ func toStatus(err error, gr schema.GroupResource, name string) error {
 	case errors.Is(err, etcdstore.ErrConflict):
 		return apierrors.NewConflict(gr, name, errors.New(OptimisticLockErrorMsg))
 	case errors.Is(err, context.DeadlineExceeded):
-		return apierrors.NewTimeoutError(fmt.Sprintf("request did not complete within the allowed time (storage: %v)", gr), 1)
+		// The store's --etcd-request-timeout or the request's own deadline.
+		return apierrors.NewTimeoutError(fmt.Sprintf("request did not complete within the allowed time (storage: %v)", gr), RetryAfterSeconds)
+	case errors.Is(err, etcdstore.ErrUnavailable):
+		return newServiceUnavailable(fmt.Sprintf("storage is unavailable, retry later (storage: %v)", gr))
 	}
 	return err
+}
+
+// RetryAfterSeconds is what a client is told to wait before retrying when
+// etcd is unavailable or slow: Status details.retryAfterSeconds, which the
+// HTTP layer also sends as the Retry-After header.
+const RetryAfterSeconds = 1
+
+// newServiceUnavailable is 503 ServiceUnavailable with retryAfterSeconds
+// (apierrors.NewServiceUnavailable has none).
+func newServiceUnavailable(message string) *apierrors.StatusError {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status:  metav1.StatusFailure,
+		Code:    http.StatusServiceUnavailable,
+		Reason:  metav1.StatusReasonServiceUnavailable,
+		Message: message,
+		Details: &metav1.StatusDetails{RetryAfterSeconds: RetryAfterSeconds},
+	}}
 }
 
 func newPreconditionFailed(gr schema.GroupResource, name, header, current string) *apierrors.StatusError {

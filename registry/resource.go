@@ -54,6 +54,15 @@ type Resource struct {
 	IsNamespace bool
 }
 
+// Verbs are the API verbs the resource answers, for discovery, OpenAPI and
+// routing. Namespaces have no deletecollection, as in kube-apiserver.
+func (r *Resource) Verbs() []string {
+	if r.IsNamespace {
+		return []string{"create", "delete", "get", "list", "patch", "update", "watch"}
+	}
+	return []string{"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}
+}
+
 // GroupResource names the resource in Status errors ("configmaps").
 func (r *Resource) GroupResource() schema.GroupResource {
 	return r.GroupVersion.WithResource(r.Plural).GroupResource()

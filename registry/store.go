@@ -31,6 +31,7 @@ type Storage interface {
 	Delete(ctx context.Context, ref etcdstore.Ref, revision int64) (int64, error)
 	Watch(ctx context.Context, resource string, from int64) (*etcdstore.Watch, error)
 	CurrentRevision(ctx context.Context) (int64, error)
+	Count(ctx context.Context, resource string) (int64, error)
 }
 
 // storageCodec writes objects to etcd as JSON with apiVersion and kind, so
@@ -89,6 +90,16 @@ func (s *Store) Get(ctx context.Context, namespace, name string) (Object, error)
 		return nil, toStatus(err, s.Resource.GroupResource(), name)
 	}
 	return s.decode(stored)
+}
+
+// Count returns how many objects of this resource etcd holds, in all
+// namespaces (for the apiserver_resource_objects metric).
+func (s *Store) Count(ctx context.Context) (int64, error) {
+	n, err := s.storage.Count(ctx, s.Resource.Plural)
+	if err != nil {
+		return 0, toStatus(err, s.Resource.GroupResource(), "")
+	}
+	return n, nil
 }
 
 // Create validates and stores a new object in namespace. The etcd write

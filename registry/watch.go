@@ -100,7 +100,7 @@ func (s *Store) Watch(ctx context.Context, namespace string, opts *metainternalv
 
 func (s *Store) watchError(err error) error {
 	if errors.Is(err, errWatchStopped) {
-		return apierrors.NewServiceUnavailable("the server is shutting down; watch again on another replica")
+		return newServiceUnavailable("the server is shutting down; watch again on another replica")
 	}
 	return toStatus(err, s.Resource.GroupResource(), "")
 }

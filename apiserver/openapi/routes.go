@@ -3,6 +3,7 @@ package openapi
 import (
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 	"unicode"
 
@@ -247,6 +248,9 @@ func resourceRoutes(res *registry.Resource) []common.Route {
 	listParams := optionParams(&metav1.ListOptions{})
 	var routes []common.Route
 	for _, a := range actions {
+		if a.verb == "DELETECOLLECTION" && !slices.Contains(res.Verbs(), "deletecollection") {
+			continue
+		}
 		ns, suffix := namespaced, ""
 		if a.allNamespaces {
 			ns, suffix = "", "ForAllNamespaces"

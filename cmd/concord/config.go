@@ -1,12 +1,16 @@
 package main
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 )
@@ -17,6 +21,17 @@ type Config struct {
 	EtcdServers     []string
 	EtcdPrefix      string
 	EtcdDialTimeout time.Duration
+	// EtcdCAFile, EtcdCertFile and EtcdKeyFile secure the connection to
+	// etcd (https:// endpoints): the CA that signed etcd's serving
+	// certificate (empty: the system's roots) and Concord's client
+	// certificate and key (both or neither).
+	EtcdCAFile   string
+	EtcdCertFile string
+	EtcdKeyFile  string
+	// EtcdRequestTimeout bounds every single etcd request, even inside a
+	// long request: an etcd that does not answer makes the request fail
+	// with 504 (or 503) instead of hanging.
+	EtcdRequestTimeout time.Duration
 	// EtcdCompactionInterval: how often history is compacted (0: never).
 	EtcdCompactionInterval time.Duration
 	BindAddress            string
@@ -27,7 +42,11 @@ type Config struct {
 	// CORSAllowedOrigins are regular expressions; empty disables CORS.
 	CORSAllowedOrigins []string
 	RequestTimeout     time.Duration
-	ShutdownTimeout    time.Duration
+	// ShutdownDelayDuration is how long, after SIGTERM, /readyz fails while
+	// requests are still served, so that load balancers stop sending new
+	// ones before the server stops taking them.
+	ShutdownDelayDuration time.Duration
+	ShutdownTimeout       time.Duration
 }
 
 // DefaultConfig is dev mode: embedded etcd, loopback only.
@@ -35,6 +54,7 @@ func DefaultConfig() Config {
 	return Config{
 		EtcdPrefix:             "/registry",
 		EtcdDialTimeout:        20 * time.Second,
+		EtcdRequestTimeout:     5 * time.Second,
 		EtcdCompactionInterval: 5 * time.Minute,
 		BindAddress:            "127.0.0.1",
 		Port:                   8080,
@@ -57,6 +77,10 @@ func (cfg *Config) AddFlags(fs *flag.FlagSet) {
 	})
 	fs.StringVar(&cfg.EtcdPrefix, "etcd-prefix", cfg.EtcdPrefix, "prefix of every key Concord writes in etcd")
 	fs.DurationVar(&cfg.EtcdDialTimeout, "etcd-dial-timeout", cfg.EtcdDialTimeout, "how long to wait for etcd at start-up before giving up")
+	fs.StringVar(&cfg.EtcdCAFile, "etcd-cafile", cfg.EtcdCAFile, "PEM file of the CA that signed etcd's serving certificate, for https:// --etcd-servers (default: the system's roots)")
+	fs.StringVar(&cfg.EtcdCertFile, "etcd-certfile", cfg.EtcdCertFile, "PEM file of the client certificate Concord presents to etcd (with --etcd-keyfile)")
+	fs.StringVar(&cfg.EtcdKeyFile, "etcd-keyfile", cfg.EtcdKeyFile, "PEM file of the private key of --etcd-certfile")
+	fs.DurationVar(&cfg.EtcdRequestTimeout, "etcd-request-timeout", cfg.EtcdRequestTimeout, "longest time one etcd request may take; when etcd does not answer in time the API request fails with 504 and Retry-After instead of waiting")
 	fs.DurationVar(&cfg.EtcdCompactionInterval, "etcd-compaction-interval", cfg.EtcdCompactionInterval, "how often to compact etcd's history (one replica per interval does it); 0 disables")
 	fs.StringVar(&cfg.BindAddress, "bind-address", cfg.BindAddress, "IP address to serve the API on")
 	fs.IntVar(&cfg.Port, "port", cfg.Port, "port to serve the API on (plain HTTP); 0 picks a free port")
@@ -73,7 +97,8 @@ func (cfg *Config) AddFlags(fs *flag.FlagSet) {
 	})
 	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "text or json (default: text in dev mode, json with --etcd-servers)")
 	fs.DurationVar(&cfg.RequestTimeout, "request-timeout", cfg.RequestTimeout, "longest time a request may take")
-	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "how long in-flight requests may run after SIGTERM")
+	fs.DurationVar(&cfg.ShutdownDelayDuration, "shutdown-delay-duration", cfg.ShutdownDelayDuration, "after SIGTERM, how long /readyz fails while requests are still served, before the server stops taking new ones; behind a load balancer set it above the balancer's health-check interval times its fall count (e.g. 5s)")
+	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "how long in-flight requests may run after the shutdown delay; watches end at once")
 }
 
 // Embedded reports whether Concord runs its own etcd.
@@ -123,10 +148,86 @@ func (cfg *Config) Validate() error {
 	if cfg.EtcdCompactionInterval < 0 {
 		errs = append(errs, fmt.Errorf("--etcd-compaction-interval: %s must not be negative (0 disables compaction)", cfg.EtcdCompactionInterval))
 	}
-	for name, d := range map[string]time.Duration{"--etcd-dial-timeout": cfg.EtcdDialTimeout, "--request-timeout": cfg.RequestTimeout, "--shutdown-timeout": cfg.ShutdownTimeout} {
-		if d <= 0 {
-			errs = append(errs, fmt.Errorf("%s: %s must be positive", name, d))
+	for _, d := range []struct {
+		flag  string
+		value time.Duration
+	}{
+		{"--etcd-dial-timeout", cfg.EtcdDialTimeout},
+		{"--etcd-request-timeout", cfg.EtcdRequestTimeout},
+		{"--request-timeout", cfg.RequestTimeout},
+		{"--shutdown-timeout", cfg.ShutdownTimeout},
+	} {
+		if d.value <= 0 {
+			errs = append(errs, fmt.Errorf("%s: %s must be positive", d.flag, d.value))
 		}
 	}
+	if cfg.ShutdownDelayDuration < 0 {
+		errs = append(errs, fmt.Errorf("--shutdown-delay-duration: %s must not be negative", cfg.ShutdownDelayDuration))
+	}
+	errs = append(errs, cfg.validateEtcdTLS()...)
 	return errors.Join(errs...)
+}
+
+// etcdTLSSet reports whether any of the etcd TLS flags is set.
+func (cfg *Config) etcdTLSSet() bool {
+	return cfg.EtcdCAFile != "" || cfg.EtcdCertFile != "" || cfg.EtcdKeyFile != ""
+}
+
+func (cfg *Config) validateEtcdTLS() []error {
+	if !cfg.etcdTLSSet() {
+		return nil
+	}
+	if cfg.Embedded() {
+		return []error{errors.New("--etcd-cafile, --etcd-certfile, --etcd-keyfile: only with --etcd-servers (the embedded etcd listens on loopback without TLS)")}
+	}
+	var errs []error
+	if !slices.ContainsFunc(cfg.EtcdServers, func(u string) bool { return strings.HasPrefix(u, "https://") }) {
+		errs = append(errs, errors.New("--etcd-cafile, --etcd-certfile, --etcd-keyfile: no --etcd-servers URL is https://, so TLS would not be used"))
+	}
+	if (cfg.EtcdCertFile == "") != (cfg.EtcdKeyFile == "") {
+		errs = append(errs, errors.New("--etcd-certfile and --etcd-keyfile: give both or neither"))
+	}
+	for _, f := range []struct{ flag, path string }{{"--etcd-cafile", cfg.EtcdCAFile}, {"--etcd-certfile", cfg.EtcdCertFile}, {"--etcd-keyfile", cfg.EtcdKeyFile}} {
+		if f.path == "" {
+			continue
+		}
+		if _, err := os.Stat(f.path); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", f.flag, err))
+		}
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	if _, err := cfg.etcdTLS(); err != nil {
+		errs = append(errs, err)
+	}
+	return errs
+}
+
+// etcdTLS is the client TLS configuration of the etcd flags; nil when none
+// is set.
+func (cfg *Config) etcdTLS() (*tls.Config, error) {
+	if !cfg.etcdTLSSet() {
+		return nil, nil
+	}
+	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if cfg.EtcdCAFile != "" {
+		pem, err := os.ReadFile(cfg.EtcdCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("--etcd-cafile: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--etcd-cafile: %s holds no PEM certificate", cfg.EtcdCAFile)
+		}
+		tlsCfg.RootCAs = pool
+	}
+	if cfg.EtcdCertFile != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.EtcdCertFile, cfg.EtcdKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--etcd-certfile, --etcd-keyfile: %w", err)
+		}
+		tlsCfg.Certificates = []tls.Certificate{cert}
+	}
+	return tlsCfg, nil
 }

@@ -29,7 +29,7 @@ func main() {
 		// A second signal gets the default action: exit at once.
 		stop()
 	}()
-	if err := run(ctx, cfg, os.Stderr); err != nil {
+	if err := run(ctx, cfg, os.Stderr, nil); err != nil {
 		fmt.Fprintf(os.Stderr, "concord: %v\n", err)
 		os.Exit(1)
 	}

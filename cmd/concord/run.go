@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	clientcmdv1 "k8s.io/client-go/tools/clientcmd/api/v1"
@@ -25,11 +28,22 @@ import (
 	"github.com/concord-dev/concord/registry"
 )
 
-// run serves until ctx is cancelled, then shuts down in order: stop taking
-// requests and let in-flight ones finish, close the etcd client, stop the
-// embedded etcd.
-func run(ctx context.Context, cfg Config, logOut io.Writer) error {
+// run serves until ctx is cancelled, then shuts down in order:
+//
+//  1. /readyz fails (its shutdown check), while everything is still served;
+//  2. after --shutdown-delay-duration, by when load balancers have taken the
+//     replica out, stop taking requests: watches end at once (their clients
+//     reconnect elsewhere), other requests may finish within
+//     --shutdown-timeout;
+//  3. close the etcd client, stop the embedded etcd.
+//
+// ready, if not nil, is called with the server's URL once it serves.
+func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url string)) error {
 	log := newLogger(cfg.LogFormat, logOut)
+	etcdTLS, err := cfg.etcdTLS()
+	if err != nil {
+		return err
+	}
 
 	// Bind first: a taken port is the most common start-up failure, and it
 	// should be reported before anything else starts.
@@ -57,13 +71,26 @@ func run(ctx context.Context, cfg Config, logOut io.Writer) error {
 		endpoints = []string{embedded.Endpoint()}
 	}
 
-	client, err := connectEtcd(ctx, log, endpoints, cfg.EtcdDialTimeout)
+	client, err := connectEtcd(ctx, log, endpoints, etcdTLS, cfg.EtcdDialTimeout)
 	if err != nil {
 		return err
 	}
 	defer client.Close()
 
-	store := etcdstore.New(client, cfg.EtcdPrefix)
+	// Metrics go to a registry of this server's own, never the global one.
+	metrics := prometheus.NewRegistry()
+	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	groups := map[string]string{}
+	for _, res := range registry.Resources {
+		groups[res.Plural] = res.GroupVersion.Group
+	}
+	storeMetrics, err := etcdstore.NewMetrics(metrics, groups)
+	if err != nil {
+		return err
+	}
+	compactions := newCompactionMetrics(metrics)
+
+	store := etcdstore.NewWithOptions(client, cfg.EtcdPrefix, etcdstore.Options{RequestTimeout: cfg.EtcdRequestTimeout, Metrics: storeMetrics})
 	stores := registry.NewStores(store, registry.DefaultWatchConfig())
 	bootCtx, cancelBoot := context.WithTimeout(ctx, cfg.EtcdDialTimeout)
 	err = registry.EnsureSystemNamespaces(bootCtx, stores)
@@ -76,11 +103,15 @@ func run(ctx context.Context, cfg Config, logOut io.Writer) error {
 	for _, o := range cfg.CORSAllowedOrigins {
 		origins = append(origins, regexp.MustCompile(o)) // checked by Validate
 	}
+	shutdownInitiated := make(chan struct{})
 	handler := apiserver.New(apiserver.Config{
 		Stores:             stores,
 		Logger:             log,
 		RequestTimeout:     cfg.RequestTimeout,
 		CORSAllowedOrigins: origins,
+		StorageCheck:       store.Check,
+		ShutdownInitiated:  shutdownInitiated,
+		Metrics:            metrics,
 	})
 	srv := &http.Server{
 		Handler:           handler,
@@ -110,12 +141,15 @@ func run(ctx context.Context, cfg Config, logOut io.Writer) error {
 	compactCtx, stopCompacting := context.WithCancel(ctx)
 	defer stopCompacting()
 	if cfg.EtcdCompactionInterval > 0 {
-		go runCompactor(compactCtx, log, store.NewCompactor(), cfg.EtcdCompactionInterval)
+		go runCompactor(compactCtx, log, store.NewCompactor(), cfg.EtcdCompactionInterval, compactions)
 	}
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	log.Info("concord ready", "url", url, "kubeconfig", cfg.WriteKubeconfig, "etcd", strings.Join(endpoints, ","), "prefix", cfg.EtcdPrefix)
+	if ready != nil {
+		ready(url)
+	}
 
 	var etcdErr <-chan error
 	if embedded != nil {
@@ -129,6 +163,15 @@ func run(ctx context.Context, cfg Config, logOut io.Writer) error {
 	case <-ctx.Done():
 	}
 
+	close(shutdownInitiated)
+	if cfg.ShutdownDelayDuration > 0 {
+		log.Info("shutting down: /readyz fails now; still serving while load balancers notice", "delay", cfg.ShutdownDelayDuration.String())
+		select {
+		case err := <-serveErr:
+			return fmt.Errorf("serve: %w", err)
+		case <-time.After(cfg.ShutdownDelayDuration):
+		}
+	}
 	log.Info("shutting down: finishing in-flight requests", "timeout", cfg.ShutdownTimeout.String())
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
@@ -139,8 +182,30 @@ func run(ctx context.Context, cfg Config, logOut io.Writer) error {
 	return nil
 }
 
+// compactionMetrics say whether compaction runs: with several replicas one
+// of them compacts each round, so watch their sum.
+type compactionMetrics struct {
+	compactions prometheus.Counter
+	revision    prometheus.Gauge
+}
+
+func newCompactionMetrics(reg prometheus.Registerer) *compactionMetrics {
+	m := &compactionMetrics{
+		compactions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "concord_etcd_compactions_total",
+			Help: "Compactions of etcd's history this replica did (one replica compacts per --etcd-compaction-interval).",
+		}),
+		revision: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "concord_etcd_compacted_revision",
+			Help: "The etcd revision this replica last compacted to (0: none yet).",
+		}),
+	}
+	reg.MustRegister(m.compactions, m.revision)
+	return m
+}
+
 // runCompactor runs a compaction round every interval until ctx ends.
-func runCompactor(ctx context.Context, log *slog.Logger, c *etcdstore.Compactor, interval time.Duration) {
+func runCompactor(ctx context.Context, log *slog.Logger, c *etcdstore.Compactor, interval time.Duration, m *compactionMetrics) {
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
 	for {
@@ -155,6 +220,8 @@ func runCompactor(ctx context.Context, log *slog.Logger, c *etcdstore.Compactor,
 			case err != nil:
 				log.Warn("etcd compaction failed; will retry next interval", "err", err)
 			case rev > 0:
+				m.compactions.Inc()
+				m.revision.Set(float64(rev))
 				log.Info("etcd history compacted", "revision", rev)
 			}
 		}
@@ -170,10 +237,11 @@ func newLogger(format string, out io.Writer) *slog.Logger {
 
 // connectEtcd waits until etcd answers a read, for at most timeout, and says
 // which endpoints did not answer and for how long.
-func connectEtcd(ctx context.Context, log *slog.Logger, endpoints []string, timeout time.Duration) (*clientv3.Client, error) {
+func connectEtcd(ctx context.Context, log *slog.Logger, endpoints []string, tlsCfg *tls.Config, timeout time.Duration) (*clientv3.Client, error) {
 	client, err := clientv3.New(clientv3.Config{
 		Endpoints:   endpoints,
 		DialTimeout: 5 * time.Second,
+		TLS:         tlsCfg,
 		Logger:      zap.NewNop(),
 	})
 	if err != nil {

@@ -3,6 +3,7 @@ package etcdtest
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +17,16 @@ import (
 type Etcd struct {
 	Endpoint string
 	Client   *clientv3.Client
+
+	server   *etcdstore.Embedded
+	stopOnce sync.Once
+}
+
+// Stop stops the etcd server, as if it crashed or was partitioned away:
+// Client stays open and its requests fail or wait. Safe to call twice; the
+// test's cleanup calls it too.
+func (e *Etcd) Stop() {
+	e.stopOnce.Do(e.server.Close)
 }
 
 // Start runs a single-member etcd in a temporary directory (fsync off) for
@@ -32,7 +43,8 @@ func Start(tb testing.TB) *Etcd {
 	if err != nil {
 		tb.Fatalf("start etcd: %v", err)
 	}
-	tb.Cleanup(e.Close)
+	out := &Etcd{Endpoint: e.Endpoint(), server: e}
+	tb.Cleanup(out.Stop)
 	client, err := clientv3.New(clientv3.Config{
 		Endpoints:   []string{e.Endpoint()},
 		DialTimeout: 5 * time.Second,
@@ -42,5 +54,6 @@ func Start(tb testing.TB) *Etcd {
 		tb.Fatalf("etcd client: %v", err)
 	}
 	tb.Cleanup(func() { client.Close() })
-	return &Etcd{Endpoint: e.Endpoint(), Client: client}
+	out.Client = client
+	return out
 }
