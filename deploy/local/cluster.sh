@@ -68,7 +68,7 @@ up() {
 
   for i in 1 2 3; do
     start "concord$i" "$run/bin/concord" --etcd-servers "$endpoints" --bind-address 127.0.0.1 --port "$(replica_port $i)" \
-      ${CONCORD_FLAGS:-}
+      --shutdown-delay-duration 2s ${CONCORD_FLAGS:-}
   done
   for i in 1 2 3; do wait_for "http://127.0.0.1:$(replica_port $i)/readyz" "concord$i" 60; done
   say "concord replicas up on ports $(replica_port 1), $(replica_port 2), $(replica_port 3)"
