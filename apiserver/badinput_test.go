@@ -459,6 +459,18 @@ func TestBadInputIsRefusedWithStatusAndNothingStored(t *testing.T) {
 			prefix: `strict decoding error: unknown field "spec"`,
 		},
 		{
+			name: "29h fieldManager over 128 characters", method: http.MethodPost, path: ns + "?fieldManager=" + strings.Repeat("m", 129),
+			body: cm("fm", "", "", data),
+			code: http.StatusUnprocessableEntity, reason: metav1.StatusReasonInvalid,
+			prefix: `CreateOptions.meta.k8s.io "" is invalid: fieldManager: Too long`,
+		},
+		{
+			name: "29i fieldManager with a control character", method: http.MethodPatch, path: ns + "/existing?fieldManager=a%0Ab",
+			body: `{"data":{"k":"x"}}`, header: []string{"Content-Type", "application/merge-patch+json"},
+			code: http.StatusUnprocessableEntity, reason: metav1.StatusReasonInvalid,
+			prefix: `PatchOptions.meta.k8s.io "" is invalid: fieldManager: Invalid value`,
+		},
+		{
 			name: "29g an unknown fieldValidation value", method: http.MethodPost, path: ns + "?fieldValidation=Loose",
 			body: cm("fv", "", "", data),
 			code: http.StatusUnprocessableEntity, reason: metav1.StatusReasonInvalid,
