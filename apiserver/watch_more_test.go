@@ -260,3 +260,36 @@ func TestFirstWatchAfterCompactionOnAFreshServer(t *testing.T) {
 	s.create(t, "default", "d", nil)
 	live.expect(t, "ADDED default/d")
 }
+
+// TestFirstWatchOnAReplicaWithHistory: a replica's fan-out starts by
+// replaying recent history; the first watches must not be cut off by that
+// burst (150 changes, more than a watcher's queue holds).
+func TestFirstWatchOnAReplicaWithHistory(t *testing.T) {
+	s := startServer(t)
+	c := s.create(t, "default", "busy", nil)
+	for i := range 150 {
+		c.Data = map[string]string{"i": strconv.Itoa(i)}
+		c = s.put(t, c)
+	}
+	w := s.watch(t, nsPath, url.Values{"watch": {"1"}, "resourceVersion": {c.ResourceVersion}})
+	from := s.watch(t, nsPath, url.Values{"watch": {"1"}, "resourceVersion": {strconv.Itoa(mustAtoi(t, c.ResourceVersion) - 120)}})
+	c.Data = map[string]string{"i": "last"}
+	last := s.put(t, c)
+	if got := w.expect(t, "MODIFIED default/busy"); got[0].Object.ResourceVersion != last.ResourceVersion {
+		t.Errorf("first watch got rv %s; want %s", got[0].Object.ResourceVersion, last.ResourceVersion)
+	}
+	n := 0
+	for {
+		ev, ok := from.next(t, 10*time.Second)
+		if !ok {
+			t.Fatalf("the watch from 120 changes back ended after %d events; want all 121", n)
+		}
+		n++
+		if ev.Object.ResourceVersion == last.ResourceVersion {
+			break
+		}
+	}
+	if n != 121 {
+		t.Errorf("watch from 120 changes back: %d events; want 121", n)
+	}
+}

@@ -48,6 +48,8 @@ type event struct {
 // closes ch, under its lock, when it drops the subscription.
 type subscription struct {
 	ch chan *event
+	// from is the revision the subscriber had seen everything up to.
+	from int64
 }
 
 // broadcaster fans one etcd watch of a resource out to every watcher of that
@@ -66,6 +68,10 @@ type broadcaster struct {
 	history []*event
 	oldest  int64
 	subs    map[*subscription]struct{}
+	// caughtUp is closed once the stream has delivered everything up to
+	// caughtUpAt, the revision that was current when the fan-out started.
+	caughtUp   chan struct{}
+	caughtUpAt int64
 
 	stopOnce sync.Once
 	stopped  chan struct{}
@@ -79,19 +85,43 @@ func newBroadcaster(store *Store, cfg WatchConfig) *broadcaster {
 // back to fill the history, so that a replica that just started can serve
 // watches from recent resourceVersions handed out by others.
 func (b *broadcaster) ensureRunning(ctx context.Context) error {
+	caughtUp, err := b.start(ctx)
+	if err != nil {
+		return err
+	}
+	// A fan-out that just started replays history first; a watcher that
+	// joined in the middle of that burst would overflow its queue. Wait
+	// (bounded) until the replay has reached the revision current at start.
+	timer := time.NewTimer(catchUpTimeout)
+	defer timer.Stop()
+	select {
+	case <-caughtUp:
+	case <-timer.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// catchUpTimeout bounds how long a watch waits for a new fan-out's replay.
+const catchUpTimeout = 5 * time.Second
+
+// start starts the fan-out unless it runs, and returns a channel closed
+// once it has caught up with etcd.
+func (b *broadcaster) start(ctx context.Context) (<-chan struct{}, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	select {
 	case <-b.stopped:
-		return errWatchStopped
+		return nil, errWatchStopped
 	default:
 	}
 	if b.running {
-		return nil
+		return b.caughtUp, nil
 	}
 	current, err := b.store.storage.CurrentRevision(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// Replay only history etcd still has: a fan-out started below the
 	// compaction would fail at once, and with it every watch it took on.
@@ -100,19 +130,23 @@ func (b *broadcaster) ensureRunning(ctx context.Context) error {
 	if errors.Is(err, etcdstore.ErrCompacted) {
 		start = current
 	} else if err != nil {
-		return err
+		return nil, err
 	}
 	wctx, cancel := context.WithCancel(context.Background())
 	w, err := b.store.storage.Watch(wctx, b.store.Resource.Plural, start)
 	if err != nil {
 		cancel()
-		return err
+		return nil, err
 	}
 	b.gen++
 	b.running, b.cancel, b.oldest, b.history = true, cancel, start, nil
+	b.caughtUp, b.caughtUpAt = make(chan struct{}), current
+	if start >= current {
+		close(b.caughtUp)
+	}
 	go b.run(w, b.gen)
-	go b.requestProgress(wctx, w)
-	return nil
+	go b.requestProgress(wctx, w, b.caughtUp)
+	return b.caughtUp, nil
 }
 
 var errWatchStopped = errors.New("registry: watches stopped for shutdown")
@@ -147,6 +181,16 @@ func (b *broadcaster) run(w *etcdstore.Watch, gen int) {
 		if len(resp.Events) == 0 && resp.Progress > 0 {
 			b.dispatch(&event{rev: resp.Progress, progress: true})
 		}
+		// Headers carry the current revision even while history replays, so
+		// only a progress report or an event at that revision says the
+		// stream has caught up.
+		if (len(resp.Events) == 0 && resp.Progress >= b.caughtUpAt) || (len(events) > 0 && events[len(events)-1].rev >= b.caughtUpAt) {
+			select {
+			case <-b.caughtUp:
+			default:
+				close(b.caughtUp)
+			}
+		}
 		b.mu.Unlock()
 	}
 }
@@ -155,6 +199,9 @@ func (b *broadcaster) run(w *etcdstore.Watch, gen int) {
 // dropped. Called with b.mu held.
 func (b *broadcaster) dispatch(e *event) {
 	for sub := range b.subs {
+		if e.rev <= sub.from && !e.progress {
+			continue // the subscriber had this already
+		}
 		select {
 		case sub.ch <- e:
 		default:
@@ -167,8 +214,22 @@ func (b *broadcaster) dispatch(e *event) {
 	}
 }
 
-// requestProgress asks etcd for progress reports while anyone listens.
-func (b *broadcaster) requestProgress(ctx context.Context, w *etcdstore.Watch) {
+// requestProgress asks etcd for progress reports: every 100ms until the
+// replay has caught up (etcd answers once the stream is in sync), then every
+// BookmarkInterval while anyone listens.
+func (b *broadcaster) requestProgress(ctx context.Context, w *etcdstore.Watch, caughtUp <-chan struct{}) {
+	fast := time.NewTicker(100 * time.Millisecond)
+	defer fast.Stop()
+	for catching := true; catching; {
+		select {
+		case <-ctx.Done():
+			return
+		case <-caughtUp:
+			catching = false
+		case <-fast.C:
+			_ = w.RequestProgress() // a failed request only delays the catch-up
+		}
+	}
 	ticker := time.NewTicker(b.cfg.BookmarkInterval)
 	defer ticker.Stop()
 	for {
@@ -232,7 +293,7 @@ func (b *broadcaster) subscribe(from int64) (backlog []*event, sub *subscription
 	}
 	i := sort.Search(len(b.history), func(i int) bool { return b.history[i].rev > from })
 	backlog = append([]*event(nil), b.history[i:]...)
-	sub = &subscription{ch: make(chan *event, b.cfg.BufferSize)}
+	sub = &subscription{ch: make(chan *event, b.cfg.BufferSize), from: from}
 	b.subs[sub] = struct{}{}
 	return backlog, sub, true
 }
