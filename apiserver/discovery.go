@@ -40,10 +40,14 @@ const aggregatedDiscoveryMediaType = "application/json;g=apidiscovery.k8s.io;v=v
 // and /version, all derived from the registry's declarations. /api and
 // /apis answer aggregated discovery (apidiscovery.k8s.io/v2) to clients
 // that ask for it, and the legacy APIVersions / APIGroupList otherwise.
-func installDiscovery(router *mux.Router, stores []*registry.Store) {
+// extra are resources served without a store (SelfSubjectAccessReview).
+func installDiscovery(router *mux.Router, stores []*registry.Store, extra ...*registry.Resource) {
 	byGV := map[schema.GroupVersion][]*registry.Resource{}
 	for _, s := range stores {
 		byGV[s.Resource.GroupVersion] = append(byGV[s.Resource.GroupVersion], s.Resource)
+	}
+	for _, res := range extra {
+		byGV[res.GroupVersion] = append(byGV[res.GroupVersion], res)
 	}
 	for _, resources := range byGV {
 		sort.Slice(resources, func(i, j int) bool { return resources[i].Plural < resources[j].Plural })

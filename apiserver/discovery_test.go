@@ -58,9 +58,12 @@ func (r *responseTypes) get(path string) (string, bool) {
 }
 
 // wantResources is what discovery must say of every declared resource,
-// by group version.
+// by group version, and of the reviews (create only, as kube-apiserver's).
 func wantResources() map[string][]metav1.APIResource {
-	want := map[string][]metav1.APIResource{}
+	want := map[string][]metav1.APIResource{
+		"authentication.k8s.io/v1": {{Name: "selfsubjectreviews", SingularName: "selfsubjectreview", Kind: "SelfSubjectReview", Verbs: metav1.Verbs{"create"}}},
+		"authorization.k8s.io/v1":  {{Name: "selfsubjectaccessreviews", SingularName: "selfsubjectaccessreview", Kind: "SelfSubjectAccessReview", Verbs: metav1.Verbs{"create"}}},
+	}
 	for _, res := range registry.Resources {
 		gv := res.GroupVersion.String()
 		want[gv] = append(want[gv], metav1.APIResource{
@@ -122,7 +125,7 @@ func TestDiscoveryClientAggregated(t *testing.T) {
 	for _, g := range groups {
 		names = append(names, g.Name+"/"+g.PreferredVersion.Version)
 	}
-	if diff := cmp.Diff([]string{"/v1", "coordination.k8s.io/v1"}, names); diff != "" {
+	if diff := cmp.Diff([]string{"/v1", "authentication.k8s.io/v1", "authorization.k8s.io/v1", "coordination.k8s.io/v1"}, names); diff != "" {
 		t.Errorf("groups (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff(wantResources(), gotResources(lists), sortResources, cmpopts.EquateEmpty()); diff != "" {
@@ -184,8 +187,12 @@ func TestDiscoveryClientLegacy(t *testing.T) {
 	resp = s.do(t, http.MethodGet, "/apis", nil, "Accept", "application/json")
 	var groups metav1.APIGroupList
 	resp.decode(t, &groups)
-	if groups.Kind != "APIGroupList" || len(groups.Groups) != 1 || groups.Groups[0].Name != "coordination.k8s.io" {
-		t.Errorf("GET /apis (application/json): %+v; want APIGroupList with coordination.k8s.io", groups)
+	var groupNames []string
+	for _, g := range groups.Groups {
+		groupNames = append(groupNames, g.Name)
+	}
+	if groups.Kind != "APIGroupList" || !cmp.Equal(groupNames, []string{"authentication.k8s.io", "authorization.k8s.io", "coordination.k8s.io"}) {
+		t.Errorf("GET /apis (application/json): %+v; want APIGroupList with authentication.k8s.io, authorization.k8s.io and coordination.k8s.io", groups)
 	}
 }
 
@@ -259,11 +266,14 @@ func TestDiscoveryAggregatedNegotiation(t *testing.T) {
 		groupNames = append(groupNames, g.Name)
 	}
 	sort.Strings(groupNames)
-	if !cmp.Equal(groupNames, []string{"coordination.k8s.io"}) {
-		t.Errorf("/apis aggregated groups %v; want [coordination.k8s.io]", groupNames)
+	if !cmp.Equal(groupNames, []string{"authentication.k8s.io", "authorization.k8s.io", "coordination.k8s.io"}) {
+		t.Errorf("/apis aggregated groups %v; want [authentication.k8s.io authorization.k8s.io coordination.k8s.io]", groupNames)
 	}
-	if len(apis.Items) == 1 {
-		v := apis.Items[0].Versions
+	for _, g := range apis.Items {
+		if g.Name != "coordination.k8s.io" {
+			continue
+		}
+		v := g.Versions
 		if len(v) != 1 || v[0].Version != "v1" || len(v[0].Resources) != 1 ||
 			v[0].Resources[0].Resource != "leases" || v[0].Resources[0].Scope != apidiscoveryv2.ScopeNamespace {
 			raw, _ := json.Marshal(v)

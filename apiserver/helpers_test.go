@@ -30,20 +30,20 @@ type testServer struct {
 	Stores []*registry.Store
 }
 
-func startServer(t *testing.T) *testServer {
+func startServer(t testing.TB) *testServer {
 	t.Helper()
 	return startServerWith(t, registry.DefaultWatchConfig())
 }
 
 // startServerWith starts a server whose watch fan-out uses cfg.
-func startServerWith(t *testing.T, cfg registry.WatchConfig) *testServer {
+func startServerWith(t testing.TB, cfg registry.WatchConfig) *testServer {
 	t.Helper()
 	return startServerOn(t, cfg, func(s *etcdstore.Store) registry.Storage { return s })
 }
 
 // startServerOn starts a server over the storage wrap makes of the real
 // etcd store, so a test can step into the write path.
-func startServerOn(t *testing.T, cfg registry.WatchConfig, wrap func(*etcdstore.Store) registry.Storage, corsOrigins ...*regexp.Regexp) *testServer {
+func startServerOn(t testing.TB, cfg registry.WatchConfig, wrap func(*etcdstore.Store) registry.Storage, corsOrigins ...*regexp.Regexp) *testServer {
 	t.Helper()
 	return startServerWithOptions(t, serverOptions{watch: cfg, wrap: wrap, cors: corsOrigins})
 }
@@ -60,11 +60,15 @@ type serverOptions struct {
 	shutdown <-chan struct{}
 	// logOut receives the server's JSON log (nil: discarded).
 	logOut io.Writer
+	// maxReadOnly and maxMutating are the in-flight limits (0: none);
+	// requestTimeout is --request-timeout (0: the default).
+	maxReadOnly, maxMutating int
+	requestTimeout           time.Duration
 }
 
 // startServerWithOptions starts a server as run does: etcd health check,
 // store metrics and API metrics in one registry that /metrics serves.
-func startServerWithOptions(t *testing.T, opts serverOptions) *testServer {
+func startServerWithOptions(t testing.TB, opts serverOptions) *testServer {
 	t.Helper()
 	if opts.watch == (registry.WatchConfig{}) {
 		opts.watch = registry.DefaultWatchConfig()
@@ -94,6 +98,10 @@ func startServerWithOptions(t *testing.T, opts serverOptions) *testServer {
 		StorageCheck:       store.Check,
 		ShutdownInitiated:  opts.shutdown,
 		Metrics:            reg,
+
+		MaxRequestsInFlight:         opts.maxReadOnly,
+		MaxMutatingRequestsInFlight: opts.maxMutating,
+		RequestTimeout:              opts.requestTimeout,
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

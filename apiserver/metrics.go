@@ -33,6 +33,10 @@ type requestInfo struct {
 	// probe marks health and metrics requests: they are logged at debug
 	// level, so that load balancers' probes do not flood the log.
 	probe bool
+	// attrs and user are what the request asks and who sent it, once the
+	// authentication filter has parsed and authenticated it (audit log).
+	attrs *Attributes
+	user  *UserInfo
 }
 
 // componentAPIServer is kube-apiserver's component label of API requests.

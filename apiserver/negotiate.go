@@ -6,9 +6,11 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,7 +31,9 @@ func serializerFor(mediaType string) (runtime.SerializerInfo, bool) {
 }
 
 // readBody reads at most MaxRequestBodyBytes; a larger body is refused with
-// 413 without being read into memory.
+// 413 without being read into memory. The body must arrive by the request's
+// deadline (setDeadlines bounds the connection's reads by it): a client that
+// trickles it is answered 408 and the connection is closed.
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	tooLarge := apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("limit is %d", MaxRequestBodyBytes))
 	if r.ContentLength > MaxRequestBodyBytes {
@@ -40,8 +44,24 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if errors.As(err, &maxErr) {
 		return nil, tooLarge
 	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// The read deadline stays: the server reads no more of this
+		// body, and does not keep the connection.
+		w.Header().Set("Connection", "close")
+		return nil, &apierrors.StatusError{ErrStatus: metav1.Status{
+			Status: metav1.StatusFailure, Code: http.StatusRequestTimeout, Reason: metav1.StatusReasonTimeout,
+			Message: "the request body did not arrive before the request's deadline",
+		}}
+	}
 	if err != nil {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("reading the request body: %v", err))
+	}
+	if r.ContentLength != 0 {
+		// The whole body is in: lift the read deadline setDeadlines set, so
+		// that it cannot fire on the server's wait for the connection's
+		// next request while this handler still runs (which would cancel
+		// that connection's context).
+		_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 	}
 	return body, nil
 }

@@ -5,6 +5,7 @@ package apiserver
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"regexp"
@@ -42,6 +43,26 @@ type Config struct {
 	// whatever else the caller registered in it. Nil: a registry of the
 	// API's metrics alone.
 	Metrics *prometheus.Registry
+	// MaxRequestsInFlight and MaxMutatingRequestsInFlight bound the
+	// read-only (GET, HEAD, OPTIONS) and the other requests served at once
+	// (kube-apiserver's --max-requests-inflight and
+	// --max-mutating-requests-inflight); more are answered 429 with
+	// Retry-After. Watches are not counted. 0: no limit.
+	MaxRequestsInFlight         int
+	MaxMutatingRequestsInFlight int
+	// Authentication, when set, authenticates every API request (health
+	// endpoints and /metrics are answered before it) and Authorizer
+	// authorizes it, before any storage access: 401 and 403 Status. Nil:
+	// the API is open to everyone, unauthenticated (tests of other
+	// concerns; the concord binary always sets it).
+	Authentication *Authentication
+	// Authorizer decides what authenticated users may do. Nil: only the
+	// built-in rules (system:masters may do everything; everyone
+	// authenticated may read discovery).
+	Authorizer Authorizer
+	// AuditLog, when set, receives one JSON line per API request: who,
+	// what, and how it ended.
+	AuditLog io.Writer
 }
 
 // New returns the HTTP handler of the API.
@@ -73,23 +94,25 @@ func New(cfg Config) http.Handler {
 		})
 	})
 
-	installDiscovery(router, cfg.Stores)
+	installDiscovery(router, cfg.Stores, reviewResources...)
+	installReviews(router, cfg.Authentication, cfg.Authorizer)
 	installOpenAPI(router, cfg.Stores)
 	for _, store := range cfg.Stores {
 		installResource(router, store, m)
 	}
-	api := withCORS(router, cfg.CORSAllowedOrigins)
+	limited := withLimits(router, cfg.MaxRequestsInFlight, cfg.MaxMutatingRequestsInFlight, cfg.Metrics)
+	api := withCORS(withAuth(limited, cfg.Authentication, cfg.Authorizer, servedResources(cfg.Stores)), cfg.CORSAllowedOrigins)
 	probes := probeHandler(healthEndpoints(cfg.StorageCheck, cfg.ShutdownInitiated),
 		promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
 	return withRequestContext(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !probes(w, r) {
 			api.ServeHTTP(w, r)
 		}
-	}), cfg.Logger, cfg.RequestTimeout, m)
+	}), cfg.Logger, cfg.RequestTimeout, m, newAuditLog(cfg.AuditLog))
 }
 
 // probeHandler serves the health endpoints and /metrics, before and apart
-// from the API's filters (CORS, and any authentication or limits to come):
+// from the API's filters (CORS, authentication, authorization, limits):
 // load balancers and Prometheus must always reach them. It reports whether
 // the request was one of them.
 func probeHandler(health map[string]*healthEndpoint, metrics http.Handler) func(w http.ResponseWriter, r *http.Request) bool {
@@ -151,8 +174,9 @@ func installResource(router *mux.Router, store *registry.Store, m *metrics) {
 // withRequestContext gives every request an audit ID (the Audit-Id
 // response header, as kube-apiserver's, and "auditID" on every log line of
 // the request), a deadline, a logger and a requestInfo; it logs one line per
-// request, records its metrics, and turns a panic into a 500 Status.
-func withRequestContext(next http.Handler, log *slog.Logger, timeout time.Duration, m *metrics) http.Handler {
+// request, records its metrics and its audit line (audit may be nil), and
+// turns a panic into a 500 Status.
+func withRequestContext(next http.Handler, log *slog.Logger, timeout time.Duration, m *metrics, audit *auditLog) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		auditID := uuid.NewString()
@@ -167,6 +191,7 @@ func withRequestContext(next http.Handler, log *slog.Logger, timeout time.Durati
 		ctx = context.WithValue(ctx, loggerKey{}, log)
 		ctx = context.WithValue(ctx, requestInfoKey{}, info)
 		r = r.WithContext(ctx)
+		setDeadlines(w, r)
 		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
 		defer func() {
 			if p := recover(); p != nil {
@@ -177,6 +202,7 @@ func withRequestContext(next http.Handler, log *slog.Logger, timeout time.Durati
 			}
 			took := time.Since(start)
 			m.recordRequest(r, info, rec.code, took)
+			audit.record(r, auditID, info, rec.code, start, took)
 			level := slog.LevelInfo
 			if info.probe {
 				level = slog.LevelDebug

@@ -20,13 +20,26 @@ import (
 )
 
 // isWatch tells long-running watch requests from the rest: they get no
-// request timeout, only their own timeoutSeconds.
+// request timeout, only their own timeoutSeconds, and are not counted in
+// the in-flight limits. It must agree with the handlers: a GET of a
+// /watch/ path (/api/v1/watch/..., /apis/<group>/<version>/watch/...),
+// or with the watch parameter as the ListOptions decoder reads it
+// (anything but "0" and "false" is true; kube-apiserver's RequestInfo
+// reads it the same way). A namespace or object named "watch" does not
+// make a request a watch.
 func isWatch(r *http.Request) bool {
-	if strings.Contains(r.URL.Path, "/watch/") {
+	if r.Method != http.MethodGet {
+		return false
+	}
+	parts := strings.SplitN(strings.TrimPrefix(r.URL.Path, "/"), "/", 5)
+	switch {
+	case len(parts) > 3 && parts[0] == "api" && parts[2] == "watch":
+		return true
+	case len(parts) > 4 && parts[0] == "apis" && parts[3] == "watch":
 		return true
 	}
-	w := r.URL.Query().Get("watch")
-	return w == "true" || w == "1"
+	values, ok := r.URL.Query()["watch"]
+	return ok && len(values) > 0 && values[0] != "0" && !strings.EqualFold(values[0], "false")
 }
 
 // serveWatch streams the changes of namespace (all when empty), or of the

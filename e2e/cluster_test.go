@@ -45,12 +45,12 @@ const (
 // (above HAProxy's inter × fall = 400ms, so the balancer has stopped
 // sending before the replica stops taking requests), a short etcd request
 // timeout, and no compaction of its own (the tests compact when they mean
-// to).
-var faultReplicaFlags = []string{
+// to); and openServingFlags (plain HTTP, open to all).
+var faultReplicaFlags = append([]string{
 	"--shutdown-delay-duration", "1s",
 	"--etcd-request-timeout", "2s",
 	"--etcd-compaction-interval", "0",
-}
+}, openServingFlags...)
 
 // haproxyPath is Debian's HAProxy; CI installs it.
 const haproxyPath = "/usr/sbin/haproxy"

@@ -80,13 +80,21 @@ type readyLine struct {
 	Kubeconfig string `json:"kubeconfig"`
 }
 
-// launch starts the binary in dir with --port 0 --log-format json followed
-// by args (a later flag wins, so args may override both). It does not wait
-// for readiness. The process is killed at the end of the test if it still
-// runs, and its log is printed if the test failed.
+// openServingFlags make the binary serve plain HTTP to anyone, as the
+// tests that are not about security talk to it: --insecure-serving (HTTP
+// on loopback), --anonymous-auth (no credentials needed) and
+// --authorization-mode AlwaysAllow. Authentication and authorization still
+// run; e2e/auth_test.go overrides these flags to test them.
+var openServingFlags = []string{"--insecure-serving", "--anonymous-auth", "--authorization-mode", "AlwaysAllow"}
+
+// launch starts the binary in dir with --port 0 --log-format json and
+// openServingFlags, followed by args (a later flag wins, so args may
+// override them). It does not wait for readiness. The process is killed at
+// the end of the test if it still runs, and its log is printed if the test
+// failed.
 func launch(t *testing.T, name, dir string, args ...string) *proc {
 	t.Helper()
-	args = append([]string{"--port", "0", "--log-format", "json"}, args...)
+	args = append(append([]string{"--port", "0", "--log-format", "json"}, openServingFlags...), args...)
 	p := &proc{
 		name:   name,
 		dir:    dir,

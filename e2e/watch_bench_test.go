@@ -569,11 +569,12 @@ func noFileLimit(pid int) string {
 }
 
 // startConcordTB is startConcord (main_test.go) for a testing.TB: it
-// starts the binary with --port 0 --log-format json and args, and waits
-// for its ready line. The process is killed at cleanup if it still runs.
+// starts the binary with --port 0 --log-format json, openServingFlags and
+// args, and waits for its ready line. The process is killed at cleanup if
+// it still runs.
 func startConcordTB(tb testing.TB, name, dir string, args ...string) *proc {
 	tb.Helper()
-	args = append([]string{"--port", "0", "--log-format", "json"}, args...)
+	args = append(append([]string{"--port", "0", "--log-format", "json"}, openServingFlags...), args...)
 	p := &proc{
 		name:   name,
 		dir:    dir,

@@ -168,6 +168,7 @@ func (b *broadcaster) run(w *etcdstore.Watch, gen int) {
 				return
 			}
 			events = append(events, e)
+			b.store.remember(ev, e)
 		}
 		b.mu.Lock()
 		for _, e := range events {
@@ -305,6 +306,20 @@ func (b *broadcaster) unsubscribe(sub *subscription) {
 	delete(b.subs, sub)
 }
 
+// remember keeps s.recent current with a change seen on the watch.
+func (s *Store) remember(ev etcdstore.Event, e *event) {
+	name := ev.Key[len(e.namespace):]
+	if e.namespace != "" {
+		name = name[1:]
+	}
+	key := e.namespace + "/" + name
+	if e.obj == nil {
+		s.recent.drop(key, e.rev)
+		return
+	}
+	s.recent.put(key, etcdstore.Object{Value: ev.Value, Revision: e.rev}, e.obj)
+}
+
 // decodeEvent decodes both states of a change; the previous state carries
 // the change's revision, as kube-apiserver's DELETED events do.
 func (s *Store) decodeEvent(ev etcdstore.Event) (*event, error) {
@@ -317,14 +332,15 @@ func (s *Store) decodeEvent(ev etcdstore.Event) (*event, error) {
 			}
 		}
 	}
+	key := s.Resource.Plural + "/" + ev.Key // its storageKey
 	var err error
 	if ev.Value != nil {
-		if e.obj, err = s.decode(etcdstore.Object{Value: ev.Value, Revision: ev.Revision}); err != nil {
+		if e.obj, err = s.decode(key, etcdstore.Object{Value: ev.Value, Revision: ev.Revision}); err != nil {
 			return nil, fmt.Errorf("watch event %s: %w", ev.Key, err)
 		}
 	}
 	if ev.PrevValue != nil {
-		if e.prev, err = s.decode(etcdstore.Object{Value: ev.PrevValue, Revision: ev.Revision}); err != nil {
+		if e.prev, err = s.decode(key, etcdstore.Object{Value: ev.PrevValue, Revision: ev.Revision}); err != nil {
 			return nil, fmt.Errorf("watch event %s (previous): %w", ev.Key, err)
 		}
 	}

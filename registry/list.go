@@ -93,6 +93,10 @@ func (s *Store) List(ctx context.Context, namespace string, opts *metainternalve
 	if err != nil {
 		return nil, err
 	}
+	// A page holds at most maxPageSize objects: a larger limit gets that
+	// many and a continue token, as the API allows a server to. A negative
+	// limit is no limit, as 0 (and as in kube-apiserver).
+	opts.Limit = min(max(opts.Limit, 0), maxPageSize)
 	rv, err := parseResourceVersion(opts.ResourceVersion)
 	if err != nil {
 		return nil, err
@@ -137,7 +141,7 @@ func (s *Store) List(ctx context.Context, namespace string, opts *metainternalve
 			readRev = res.Revision // every further page reads the same snapshot
 		}
 		for i, stored := range res.Objects {
-			obj, err := s.decode(stored)
+			obj, err := s.decode(s.listedKey(namespace, stored), stored)
 			if err != nil {
 				return nil, err
 			}

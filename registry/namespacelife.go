@@ -2,7 +2,6 @@ package registry
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -45,16 +44,17 @@ func (s *Store) createIn(ctx context.Context, namespace, name string, value []by
 		return rev, nil
 	}
 	nsRef := etcdstore.Ref{Resource: Namespaces.Plural, Name: namespace}
-	for range maxWriteAttempts {
-		stored, err := s.storage.Get(ctx, nsRef, 0)
+	for attempt := range maxWriteAttempts {
+		// The namespace's remembered state may guard the first attempt: if
+		// it is stale, the guarded transaction fails and etcd is read.
+		stored, obj, remembered, err := s.namespaces.readForWrite(ctx, "", namespace, attempt == 0)
 		if err != nil {
 			return 0, toStatus(err, Namespaces.GroupResource(), namespace)
 		}
-		var ns corev1.Namespace
-		if err := json.Unmarshal(stored.Value, &ns); err != nil {
-			return 0, fmt.Errorf("decode namespace %s: %w", namespace, err)
-		}
-		if ns.Status.Phase == corev1.NamespaceTerminating || ns.DeletionTimestamp != nil {
+		if ns := obj.(*corev1.Namespace); ns.Status.Phase == corev1.NamespaceTerminating || ns.DeletionTimestamp != nil {
+			if remembered {
+				continue
+			}
 			return 0, apierrors.NewForbidden(gr, name, fmt.Errorf("unable to create new content in namespace %s because it is being terminated", namespace))
 		}
 		if dryRun {
@@ -107,7 +107,7 @@ func (s *Store) deleteNamespace(ctx context.Context, name string, opts *metav1.D
 		if err != nil {
 			return nil, toStatus(err, gr, name)
 		}
-		obj, err := s.decode(stored)
+		obj, err := s.decode(s.keyOf("", name), stored)
 		if err != nil {
 			return nil, err
 		}
@@ -126,7 +126,7 @@ func (s *Store) deleteNamespace(ctx context.Context, name string, opts *metav1.D
 		now := metav1.NewTime(time.Now().Truncate(time.Second))
 		ns.DeletionTimestamp = &now
 		ns.Status.Phase = corev1.NamespaceTerminating
-		value, err := s.encode(ns)
+		value, err := s.encode(s.keyOf("", name), ns)
 		if err != nil {
 			return nil, err
 		}

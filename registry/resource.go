@@ -52,11 +52,17 @@ type Resource struct {
 	// IsNamespace marks the Namespace resource: objects may only be created
 	// in an active namespace, and deleting one deletes its contents.
 	IsNamespace bool
+	// CreateOnly marks a resource that is not stored, only created and
+	// answered at once (SelfSubjectAccessReview): its only verb is create.
+	CreateOnly bool
 }
 
 // Verbs are the API verbs the resource answers, for discovery, OpenAPI and
 // routing. Namespaces have no deletecollection, as in kube-apiserver.
 func (r *Resource) Verbs() []string {
+	if r.CreateOnly {
+		return []string{"create"}
+	}
 	if r.IsNamespace {
 		return []string{"create", "delete", "get", "list", "patch", "update", "watch"}
 	}

@@ -1,6 +1,8 @@
 package registry
 
 import (
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +21,10 @@ var Codecs = serializer.NewCodecFactory(Scheme)
 func init() {
 	utilruntime.Must(corev1.AddToScheme(Scheme))
 	utilruntime.Must(coordinationv1.AddToScheme(Scheme))
+	// SelfSubjectAccessReview and SelfSubjectReview, which the API answers
+	// without storing them.
+	utilruntime.Must(authorizationv1.AddToScheme(Scheme))
+	utilruntime.Must(authenticationv1.AddToScheme(Scheme))
 	// Options types (DeleteOptions, …) also travel as meta.k8s.io/v1.
 	metav1.AddToGroupVersion(Scheme, metav1.SchemeGroupVersion)
 	// Table and PartialObjectMetadata, for kubectl's server-side printing.

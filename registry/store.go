@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/concord-dev/concord/etcdstore"
+	"github.com/concord-dev/concord/registry/encryption"
 )
 
 // Storage is what the registry needs from etcd. *etcdstore.Store implements
@@ -45,24 +46,35 @@ type Store struct {
 	Resource *Resource
 	storage  Storage
 	watch    *broadcaster
+	// transformer encrypts and decrypts the stored values (see
+	// WithEncryption); identity unless configured.
+	transformer encryption.Transformer
+	// recent is what this replica last saw of recently used objects; see
+	// recent.go.
+	recent *recent
+	// namespaces is the Namespace store, whose objects guard creates.
+	namespaces *Store
 	// contents are the namespaced stores, for the Namespace store: what
 	// deleting a namespace deletes.
 	contents []*Store
 }
 
 // NewStore returns the store of res over storage.
-func NewStore(storage Storage, res *Resource, cfg WatchConfig) *Store {
-	s := &Store{Resource: res, storage: storage}
+func NewStore(storage Storage, res *Resource, cfg WatchConfig, opts ...StoreOption) *Store {
+	s := &Store{Resource: res, storage: storage, recent: newRecent(), transformer: encryption.Identity()}
+	for _, o := range opts {
+		o(s)
+	}
 	s.watch = newBroadcaster(s, cfg)
 	return s
 }
 
 // NewStores returns a store for every declared resource.
-func NewStores(storage Storage, cfg WatchConfig) []*Store {
+func NewStores(storage Storage, cfg WatchConfig, opts ...StoreOption) []*Store {
 	stores := make([]*Store, 0, len(Resources))
 	var namespaces *Store
 	for _, res := range Resources {
-		s := NewStore(storage, res, cfg)
+		s := NewStore(storage, res, cfg, opts...)
 		stores = append(stores, s)
 		if res.IsNamespace {
 			namespaces = s
@@ -71,6 +83,7 @@ func NewStores(storage Storage, cfg WatchConfig) []*Store {
 	for _, s := range stores {
 		if s.Resource.Namespaced && namespaces != nil {
 			namespaces.contents = append(namespaces.contents, s)
+			s.namespaces = namespaces
 		}
 	}
 	return stores
@@ -89,7 +102,13 @@ func (s *Store) Get(ctx context.Context, namespace, name string) (Object, error)
 	if err != nil {
 		return nil, toStatus(err, s.Resource.GroupResource(), name)
 	}
-	return s.decode(stored)
+	obj, err := s.decode(s.keyOf(namespace, name), stored)
+	if err != nil {
+		return nil, err
+	}
+	// Clients read, edit and write back: remember what they read.
+	s.recent.put(s.recentKey(namespace, name), stored, copyObject(obj))
+	return obj, nil
 }
 
 // Count returns how many objects of this resource etcd holds, in all
@@ -127,7 +146,7 @@ func (s *Store) Create(ctx context.Context, namespace string, obj Object, opts W
 		if len(errs) > 0 {
 			return nil, apierrors.NewInvalid(s.Resource.GroupVersionKind().GroupKind(), obj.GetName(), errs)
 		}
-		value, err := s.encode(obj)
+		value, err := s.encode(s.keyOf(namespace, obj.GetName()), obj)
 		if err != nil {
 			return nil, err
 		}
@@ -140,6 +159,7 @@ func (s *Store) Create(ctx context.Context, namespace string, obj Object, opts W
 		}
 		if !opts.DryRun {
 			obj.SetResourceVersion(formatRevision(rev))
+			s.recent.put(s.recentKey(namespace, obj.GetName()), etcdstore.Object{Value: value, Revision: rev}, copyObject(obj))
 		}
 		return obj, nil
 	}
@@ -220,8 +240,12 @@ func (s *Store) Update(ctx context.Context, namespace, name string, obj Object, 
 func (s *Store) replace(ctx context.Context, namespace, name string, opts WriteOptions, build func(old Object) (Object, error)) (_ Object, created bool, _ error) {
 	conds := opts
 	gr := s.Resource.GroupResource()
-	for range maxWriteAttempts {
-		stored, err := s.storage.Get(ctx, s.ref(namespace, name), 0)
+	key := s.recentKey(namespace, name)
+	for attempt := range maxWriteAttempts {
+		// The first attempt may start from the remembered state; whatever it
+		// decides is only kept if the guarded transaction confirms that
+		// state was current, and any refusal is checked against etcd.
+		stored, old, remembered, err := s.readForWrite(ctx, namespace, name, attempt == 0 && !conds.CreateOnly)
 		if errors.Is(err, etcdstore.ErrNotFound) && conds.CreateOnly {
 			obj, err := build(nil)
 			if err != nil {
@@ -237,34 +261,56 @@ func (s *Store) replace(ctx context.Context, namespace, name string, opts WriteO
 			return nil, false, toStatus(err, gr, name)
 		}
 		current := formatRevision(stored.Revision)
+		refuse := func(err error) (Object, bool, error) { return nil, false, err }
 		if conds.CreateOnly || (conds.IfNoneMatch != nil && conds.IfNoneMatch(current)) {
-			return nil, false, newPreconditionFailed(gr, name, "If-None-Match", current)
+			if remembered {
+				continue
+			}
+			return refuse(newPreconditionFailed(gr, name, "If-None-Match", current))
 		}
 		if conds.IfMatch != nil && !conds.IfMatch(current) {
-			return nil, false, newPreconditionFailed(gr, name, "If-Match", current)
-		}
-		old, err := s.decode(stored)
-		if err != nil {
-			return nil, false, err
+			if remembered {
+				continue
+			}
+			return refuse(newPreconditionFailed(gr, name, "If-Match", current))
 		}
 		obj, err := build(old)
 		if err != nil {
 			return nil, false, err
 		}
 		if rv := obj.GetResourceVersion(); rv != "" && rv != current {
-			return nil, false, apierrors.NewConflict(gr, name, errors.New(OptimisticLockErrorMsg))
+			if remembered {
+				continue
+			}
+			return refuse(apierrors.NewConflict(gr, name, errors.New(OptimisticLockErrorMsg)))
 		}
 		next, err := s.prepareUpdate(obj, old)
 		if err != nil {
+			if remembered {
+				continue
+			}
 			return nil, false, err
 		}
-		value, err := s.encode(next)
+		plaintext, err := s.serialize(next)
 		if err != nil {
 			return nil, false, err
 		}
-		if bytes.Equal(value, stored.Value) {
+		storedPlaintext, stale, err := s.unseal(s.keyOf(namespace, name), stored.Value)
+		if err != nil {
+			return nil, false, err
+		}
+		// A value stored with an older key or provider is rewritten even
+		// when the object is unchanged, as kube-apiserver does.
+		if !stale && bytes.Equal(plaintext, storedPlaintext) {
+			if remembered {
+				continue // confirm against etcd before answering "unchanged"
+			}
 			// As kube-apiserver: an update that changes nothing writes nothing.
-			return old, false, nil
+			return copyObject(old), false, nil
+		}
+		value, err := s.seal(s.keyOf(namespace, name), plaintext)
+		if err != nil {
+			return nil, false, err
 		}
 		if opts.DryRun {
 			return next, false, nil
@@ -272,11 +318,13 @@ func (s *Store) replace(ctx context.Context, namespace, name string, opts WriteO
 		if next.GetDeletionTimestamp() != nil && len(next.GetFinalizers()) == 0 {
 			// The last finalizer is gone from an object being deleted: it
 			// is deleted now, in the same guarded transaction.
-			if _, err := s.storage.Delete(ctx, s.ref(namespace, name), stored.Revision); errors.Is(err, etcdstore.ErrConflict) {
+			delRev, err := s.storage.Delete(ctx, s.ref(namespace, name), stored.Revision)
+			if errors.Is(err, etcdstore.ErrConflict) {
 				continue
 			} else if err != nil {
 				return nil, false, toStatus(err, gr, name)
 			}
+			s.recent.drop(key, delRev)
 			return next, false, nil
 		}
 		newRev, err := s.storage.Update(ctx, s.ref(namespace, name), value, stored.Revision)
@@ -287,9 +335,42 @@ func (s *Store) replace(ctx context.Context, namespace, name string, opts WriteO
 			return nil, false, toStatus(err, gr, name)
 		}
 		next.SetResourceVersion(formatRevision(newRev))
+		s.recent.put(key, etcdstore.Object{Value: value, Revision: newRev}, copyObject(next))
 		return next, false, nil
 	}
 	return nil, false, apierrors.NewConflict(gr, name, errors.New(OptimisticLockErrorMsg))
+}
+
+// recentKey is how an object is known in s.recent.
+func (s *Store) recentKey(namespace, name string) string {
+	ref := s.ref(namespace, name)
+	return ref.Namespace + "/" + ref.Name
+}
+
+// readForWrite returns the stored state a write starts from: the remembered
+// one when allowed and known (remembered is then true), else a
+// linearizable read of etcd. The returned object is shared: do not mutate it.
+func (s *Store) readForWrite(ctx context.Context, namespace, name string, allowRemembered bool) (stored etcdstore.Object, obj Object, remembered bool, err error) {
+	key := s.recentKey(namespace, name)
+	if allowRemembered {
+		if e, ok := s.recent.get(key); ok {
+			return e.stored, e.obj, true, nil
+		}
+	}
+	stored, err = s.storage.Get(ctx, s.ref(namespace, name), 0)
+	if err != nil {
+		return etcdstore.Object{}, nil, false, err
+	}
+	if obj, err = s.decode(s.keyOf(namespace, name), stored); err != nil {
+		return etcdstore.Object{}, nil, false, err
+	}
+	s.recent.put(key, stored, obj)
+	return stored, obj, false, nil
+}
+
+// copyObject returns a copy that callers may change.
+func copyObject(obj Object) Object {
+	return obj.DeepCopyObject().(Object)
 }
 
 // prepareUpdate checks obj as a replacement of old and carries over what the
@@ -329,19 +410,23 @@ func (s *Store) Delete(ctx context.Context, namespace, name string, opts *metav1
 		return s.deleteNamespace(ctx, name, opts, conds)
 	}
 	gr := s.Resource.GroupResource()
-	for range maxWriteAttempts {
-		stored, err := s.storage.Get(ctx, s.ref(namespace, name), 0)
+	key := s.recentKey(namespace, name)
+	for attempt := range maxWriteAttempts {
+		stored, shared, remembered, err := s.readForWrite(ctx, namespace, name, attempt == 0)
 		if err != nil {
 			return nil, toStatus(err, gr, name)
 		}
-		obj, err := s.decode(stored)
-		if err != nil {
+		if err := s.checkDelete(stored, shared, opts, conds); err != nil {
+			if remembered {
+				continue // refuse only on what etcd says
+			}
 			return nil, err
 		}
-		if err := s.checkDelete(stored, obj, opts, conds); err != nil {
-			return nil, err
-		}
+		obj := copyObject(shared)
 		if len(obj.GetFinalizers()) > 0 {
+			if remembered {
+				continue // a finalizer path decides on etcd's state
+			}
 			// Finalizers hold the object: it is only marked as being
 			// deleted; the update that removes the last one deletes it.
 			if obj.GetDeletionTimestamp() != nil || conds.DryRun {
@@ -350,7 +435,7 @@ func (s *Store) Delete(ctx context.Context, namespace, name string, opts *metav1
 			now, zero := metav1.NewTime(time.Now().Truncate(time.Second)), int64(0)
 			obj.SetDeletionTimestamp(&now)
 			obj.SetDeletionGracePeriodSeconds(&zero)
-			value, err := s.encode(obj)
+			value, err := s.encode(s.keyOf(namespace, name), obj)
 			if err != nil {
 				return nil, err
 			}
@@ -365,13 +450,14 @@ func (s *Store) Delete(ctx context.Context, namespace, name string, opts *metav1
 			return obj, nil
 		}
 		if !conds.DryRun {
-			_, err = s.storage.Delete(ctx, s.ref(namespace, name), stored.Revision)
+			delRev, err := s.storage.Delete(ctx, s.ref(namespace, name), stored.Revision)
 			if errors.Is(err, etcdstore.ErrConflict) {
 				continue
 			}
 			if err != nil {
 				return nil, toStatus(err, gr, name)
 			}
+			s.recent.drop(key, delRev)
 		}
 		return &metav1.Status{
 			Status: metav1.StatusSuccess,
@@ -434,7 +520,19 @@ func (s *Store) checkNamespace(namespace string, obj Object) error {
 	return nil
 }
 
-func (s *Store) encode(obj Object) ([]byte, error) {
+// encode is what is stored for obj at key (its storageKey): the object
+// serialized, then encrypted if its resource is (seal).
+func (s *Store) encode(key string, obj Object) ([]byte, error) {
+	plaintext, err := s.serialize(obj)
+	if err != nil {
+		return nil, err
+	}
+	return s.seal(key, plaintext)
+}
+
+// serialize is obj as JSON with apiVersion and kind, without
+// resourceVersion.
+func (s *Store) serialize(obj Object) ([]byte, error) {
 	obj.GetObjectKind().SetGroupVersionKind(s.Resource.GroupVersionKind())
 	rv := obj.GetResourceVersion()
 	obj.SetResourceVersion("")
@@ -446,9 +544,15 @@ func (s *Store) encode(obj Object) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-func (s *Store) decode(stored etcdstore.Object) (Object, error) {
+// decode reads the object stored at key (its storageKey): decrypted
+// (unseal), then deserialized.
+func (s *Store) decode(key string, stored etcdstore.Object) (Object, error) {
+	plaintext, _, err := s.unseal(key, stored.Value)
+	if err != nil {
+		return nil, err
+	}
 	gvk := s.Resource.GroupVersionKind()
-	out, _, err := storageCodec.Decode(stored.Value, &gvk, s.Resource.New())
+	out, _, err := storageCodec.Decode(plaintext, &gvk, s.Resource.New())
 	if err != nil {
 		return nil, fmt.Errorf("decode stored %s: %w", s.Resource.Kind, err)
 	}

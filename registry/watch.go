@@ -69,7 +69,7 @@ func (s *Store) Watch(ctx context.Context, namespace string, opts *metainternalv
 			return nil, tooLargeResourceVersion(rv, res.Revision)
 		}
 		for _, stored := range res.Objects {
-			obj, err := s.decode(stored)
+			obj, err := s.decode(s.listedKey(namespace, stored), stored)
 			if err != nil {
 				return nil, err
 			}

@@ -13,6 +13,11 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/concord-dev/concord/registry"
+	"github.com/concord-dev/concord/registry/encryption"
 )
 
 // Config is everything the server is started with. Flags bind to it in
@@ -47,6 +52,21 @@ type Config struct {
 	// ones before the server stops taking them.
 	ShutdownDelayDuration time.Duration
 	ShutdownTimeout       time.Duration
+	// Security is TLS, authentication, authorization and the audit log
+	// (secure.go).
+	Security SecurityConfig
+	// MaxRequestsInFlight and MaxMutatingRequestsInFlight bound the
+	// read-only and the mutating requests served at once; more are
+	// answered 429 with Retry-After. Watches are not counted. 0: no limit.
+	MaxRequestsInFlight         int
+	MaxMutatingRequestsInFlight int
+	// ReadHeaderTimeout is how long a connection may take to send a
+	// request's headers (not a flag; tests shorten it). 0: 32 s, as
+	// kube-apiserver.
+	ReadHeaderTimeout time.Duration
+	// EncryptionProviderConfig is an EncryptionConfiguration file (as
+	// kube-apiserver's): which resources' values are encrypted in etcd.
+	EncryptionProviderConfig string
 }
 
 // DefaultConfig is dev mode: embedded etcd, loopback only.
@@ -61,6 +81,10 @@ func DefaultConfig() Config {
 		DataDir:                "concord-data",
 		RequestTimeout:         time.Minute,
 		ShutdownTimeout:        30 * time.Second,
+		Security:               SecurityConfig{AuthorizationMode: AuthorizationPolicy},
+		// kube-apiserver's defaults.
+		MaxRequestsInFlight:         400,
+		MaxMutatingRequestsInFlight: 200,
 	}
 }
 
@@ -83,7 +107,7 @@ func (cfg *Config) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&cfg.EtcdRequestTimeout, "etcd-request-timeout", cfg.EtcdRequestTimeout, "longest time one etcd request may take; when etcd does not answer in time the API request fails with 504 and Retry-After instead of waiting")
 	fs.DurationVar(&cfg.EtcdCompactionInterval, "etcd-compaction-interval", cfg.EtcdCompactionInterval, "how often to compact etcd's history (one replica per interval does it); 0 disables")
 	fs.StringVar(&cfg.BindAddress, "bind-address", cfg.BindAddress, "IP address to serve the API on")
-	fs.IntVar(&cfg.Port, "port", cfg.Port, "port to serve the API on (plain HTTP); 0 picks a free port")
+	fs.IntVar(&cfg.Port, "port", cfg.Port, "port to serve the API on (HTTPS; plain HTTP with --insecure-serving); 0 picks a free port")
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory of the embedded etcd's data (dev mode only)")
 	fs.StringVar(&cfg.WriteKubeconfig, "write-kubeconfig", cfg.WriteKubeconfig, "write a kubeconfig for this server to this path (dev mode default: <data-dir>/kubeconfig.yaml)")
 	fs.Func("cors-allowed-origins", "comma-separated regular expressions of the origins browsers may call from (anchor them, e.g. '^https://app\\.example\\.com$'); empty disables CORS", func(s string) error {
@@ -99,6 +123,10 @@ func (cfg *Config) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&cfg.RequestTimeout, "request-timeout", cfg.RequestTimeout, "longest time a request may take")
 	fs.DurationVar(&cfg.ShutdownDelayDuration, "shutdown-delay-duration", cfg.ShutdownDelayDuration, "after SIGTERM, how long /readyz fails while requests are still served, before the server stops taking new ones; behind a load balancer set it above the balancer's health-check interval times its fall count (e.g. 5s)")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "how long in-flight requests may run after the shutdown delay; watches end at once")
+	cfg.addSecurityFlags(fs)
+	fs.IntVar(&cfg.MaxRequestsInFlight, "max-requests-inflight", cfg.MaxRequestsInFlight, "most read-only requests (GET, HEAD, OPTIONS; watches are not counted) served at once; more are answered 429 with Retry-After, which clients such as client-go wait for and retry; 0: no limit")
+	fs.IntVar(&cfg.MaxMutatingRequestsInFlight, "max-mutating-requests-inflight", cfg.MaxMutatingRequestsInFlight, "most mutating requests (POST, PUT, PATCH, DELETE) served at once; more are answered 429 with Retry-After; 0: no limit")
+	fs.StringVar(&cfg.EncryptionProviderConfig, "encryption-provider-config", cfg.EncryptionProviderConfig, "EncryptionConfiguration file (kube-apiserver's format; providers aesgcm and identity) saying which resources are encrypted at rest in etcd, e.g. secrets")
 }
 
 // Embedded reports whether Concord runs its own etcd.
@@ -115,6 +143,7 @@ func (cfg *Config) Complete() {
 	if cfg.WriteKubeconfig == "" && cfg.Embedded() {
 		cfg.WriteKubeconfig = filepath.Join(cfg.DataDir, "kubeconfig.yaml")
 	}
+	cfg.completeSecurity()
 }
 
 // Validate reports every invalid setting at once.
@@ -164,7 +193,17 @@ func (cfg *Config) Validate() error {
 	if cfg.ShutdownDelayDuration < 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-delay-duration: %s must not be negative", cfg.ShutdownDelayDuration))
 	}
+	if cfg.MaxRequestsInFlight < 0 {
+		errs = append(errs, fmt.Errorf("--max-requests-inflight: %d must not be negative (0: no limit)", cfg.MaxRequestsInFlight))
+	}
+	if cfg.MaxMutatingRequestsInFlight < 0 {
+		errs = append(errs, fmt.Errorf("--max-mutating-requests-inflight: %d must not be negative (0: no limit)", cfg.MaxMutatingRequestsInFlight))
+	}
 	errs = append(errs, cfg.validateEtcdTLS()...)
+	errs = append(errs, cfg.validateSecurity()...)
+	if _, err := cfg.encryption(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -230,4 +269,31 @@ func (cfg *Config) etcdTLS() (*tls.Config, error) {
 		tlsCfg.Certificates = []tls.Certificate{cert}
 	}
 	return tlsCfg, nil
+}
+
+// encryption loads --encryption-provider-config: nil when it is not set.
+// Every problem is reported with the file and its place in it.
+func (cfg *Config) encryption() (*encryption.Transformers, error) {
+	if cfg.EncryptionProviderConfig == "" {
+		return nil, nil
+	}
+	t, err := encryption.LoadFile(cfg.EncryptionProviderConfig)
+	if err == nil {
+		if err = t.CheckResources(servedResources()); err != nil {
+			err = fmt.Errorf("%s: %w", cfg.EncryptionProviderConfig, err)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--encryption-provider-config: %w", err)
+	}
+	return t, nil
+}
+
+// servedResources are the resources Concord serves, as rules name them.
+func servedResources() []schema.GroupResource {
+	var served []schema.GroupResource
+	for _, res := range registry.Resources {
+		served = append(served, res.GroupResource())
+	}
+	return served
 }

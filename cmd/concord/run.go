@@ -44,6 +44,13 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 	if err != nil {
 		return err
 	}
+	encryptAtRest, err := cfg.encryption()
+	if err != nil {
+		return err
+	}
+	if encryptAtRest != nil {
+		log.Info("encryption at rest", "config", cfg.EncryptionProviderConfig, "writes", encryptAtRest.Writers(servedResources()))
+	}
 
 	// Bind first: a taken port is the most common start-up failure, and it
 	// should be reported before anything else starts.
@@ -53,6 +60,16 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 		return fmt.Errorf("cannot listen on %s: %w (is another server using the port? pick another with --port, or --port 0 for a free one)", addr, err)
 	}
 	defer ln.Close()
+
+	// TLS, authentication, authorization and the audit log, before etcd
+	// starts: a bad file or certificate fails the start at once.
+	sec, err := cfg.buildSecurity(log)
+	if err != nil {
+		return err
+	}
+	if sec.audit != nil {
+		defer sec.audit.Close()
+	}
 
 	endpoints := cfg.EtcdServers
 	var embedded *etcdstore.Embedded
@@ -91,7 +108,7 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 	compactions := newCompactionMetrics(metrics)
 
 	store := etcdstore.NewWithOptions(client, cfg.EtcdPrefix, etcdstore.Options{RequestTimeout: cfg.EtcdRequestTimeout, Metrics: storeMetrics})
-	stores := registry.NewStores(store, registry.DefaultWatchConfig())
+	stores := registry.NewStores(store, registry.DefaultWatchConfig(), registry.WithEncryption(encryptAtRest))
 	bootCtx, cancelBoot := context.WithTimeout(ctx, cfg.EtcdDialTimeout)
 	err = registry.EnsureSystemNamespaces(bootCtx, stores)
 	cancelBoot()
@@ -112,15 +129,33 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 		StorageCheck:       store.Check,
 		ShutdownInitiated:  shutdownInitiated,
 		Metrics:            metrics,
+
+		MaxRequestsInFlight:         cfg.MaxRequestsInFlight,
+		MaxMutatingRequestsInFlight: cfg.MaxMutatingRequestsInFlight,
+
+		Authentication: sec.authn,
+		Authorizer:     sec.authz,
+		AuditLog:       sec.audit,
 	})
+	// A client that sends its headers slowly (or not at all) is cut off
+	// after readHeaderTimeout, an idle keep-alive connection after
+	// IdleTimeout; headers are at most 1 MiB (431 beyond).
+	readHeaderTimeout := cfg.ReadHeaderTimeout
+	if readHeaderTimeout <= 0 {
+		readHeaderTimeout = 32 * time.Second
+	}
 	srv := &http.Server{
 		Handler:           handler,
-		ReadHeaderTimeout: 32 * time.Second,
+		ReadHeaderTimeout: readHeaderTimeout,
 		IdleTimeout:       90 * time.Second,
 		MaxHeaderBytes:    1 << 20,
-		// No WriteTimeout: watches are long-running; requests are bounded
-		// by --request-timeout inside the handler instead.
+		// No ReadTimeout or WriteTimeout: watches are long-running. Other
+		// requests are bounded by --request-timeout inside the handler,
+		// including the reading of their body and the writing of their
+		// response (apiserver's limits).
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		// nil with --insecure-serving; otherwise HTTPS, with HTTP/2.
+		TLSConfig: sec.tls,
 	}
 
 	// Shutdown waits for requests to finish; watches end at once, so their
@@ -131,9 +166,13 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 		}
 	})
 
-	url := "http://" + kubeconfigHost(ln.Addr().(*net.TCPAddr))
+	scheme := "https://"
+	if sec.tls == nil {
+		scheme = "http://"
+	}
+	url := scheme + kubeconfigHost(ln.Addr().(*net.TCPAddr))
 	if cfg.WriteKubeconfig != "" {
-		if err := writeKubeconfig(cfg.WriteKubeconfig, url); err != nil {
+		if err := writeKubeconfig(cfg.WriteKubeconfig, url, sec.kubeconfig); err != nil {
 			return err
 		}
 	}
@@ -145,7 +184,13 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 	}
 
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	go func() {
+		if sec.tls != nil {
+			serveErr <- srv.ServeTLS(ln, "", "") // the certificate is in TLSConfig
+			return
+		}
+		serveErr <- srv.Serve(ln)
+	}()
 	log.Info("concord ready", "url", url, "kubeconfig", cfg.WriteKubeconfig, "etcd", strings.Join(endpoints, ","), "prefix", cfg.EtcdPrefix)
 	if ready != nil {
 		ready(url)
@@ -280,13 +325,18 @@ func kubeconfigHost(addr *net.TCPAddr) string {
 }
 
 // writeKubeconfig writes a kubeconfig with one cluster, user and context
-// named "concord", replacing the file atomically.
-func writeKubeconfig(path, server string) error {
+// named "concord", replacing the file atomically; auth is the CA and the
+// credential it carries, if any.
+func writeKubeconfig(path, server string, auth kubeconfigAuth) error {
 	cfg := clientcmdv1.Config{
-		Kind:           "Config",
-		APIVersion:     "v1",
-		Clusters:       []clientcmdv1.NamedCluster{{Name: "concord", Cluster: clientcmdv1.Cluster{Server: server}}},
-		AuthInfos:      []clientcmdv1.NamedAuthInfo{{Name: "concord"}},
+		Kind:       "Config",
+		APIVersion: "v1",
+		Clusters: []clientcmdv1.NamedCluster{{Name: "concord", Cluster: clientcmdv1.Cluster{
+			Server: server, CertificateAuthorityData: auth.caData,
+		}}},
+		AuthInfos: []clientcmdv1.NamedAuthInfo{{Name: "concord", AuthInfo: clientcmdv1.AuthInfo{
+			ClientCertificateData: auth.certData, ClientKeyData: auth.keyData,
+		}}},
 		Contexts:       []clientcmdv1.NamedContext{{Name: "concord", Context: clientcmdv1.Context{Cluster: "concord", AuthInfo: "concord", Namespace: "default"}}},
 		CurrentContext: "concord",
 	}

@@ -208,6 +208,7 @@ func TestRunOverTLSEtcdShutsDownInOrder(t *testing.T) {
 	cfg.WriteKubeconfig = filepath.Join(cfg.DataDir, "kubeconfig.yaml")
 	const delay = 1500 * time.Millisecond
 	cfg.ShutdownDelayDuration = delay
+	openServing(&cfg)
 	logs := &syncBuffer{}
 	base, stop, done := startRun(t, cfg, logs)
 

@@ -1,0 +1,159 @@
+package apiserver
+
+import (
+	"net/http"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/validation/path"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
+	metainternalversionscheme "k8s.io/apimachinery/pkg/apis/meta/internalversion/scheme"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Attributes are what an authorization decision is made on, as
+// kube-apiserver's authorizer.Attributes: who asks, and what they ask for.
+// A resource request names a verb (get, list, watch, create, update,
+// patch, delete, deletecollection), an API group and version, a resource,
+// maybe a subresource, a namespace ("" for cluster-scoped resources and for
+// lists and watches across all namespaces) and a name ("" for
+// collections). Any other request is a non-resource request: its verb is
+// the lower-case HTTP method and Path says what it is for.
+type Attributes struct {
+	User            UserInfo
+	Verb            string
+	ResourceRequest bool
+	APIGroup        string
+	APIVersion      string
+	Resource        string
+	Subresource     string
+	Namespace       string
+	Name            string
+	// Path is the request's URL path.
+	Path string
+}
+
+// namespaceSubresources are the subresources of a namespace, which
+// /api/v1/namespaces/{name}/{subresource} addresses (kube-apiserver's
+// RequestInfoFactory: status and finalize).
+var namespaceSubresources = map[string]bool{"status": true, "finalize": true}
+
+// requestAttributes parses a request's URL and method the way
+// kube-apiserver's RequestInfoFactory does, before any routing: every
+// request is authorized first, whether Concord serves its path or not (an
+// unknown path is 403 for whom it is forbidden, 404 for the others).
+//
+//	/api/{version}/{resource}
+//	/api/{version}/{resource}/{name}
+//	/api/{version}/namespaces/{namespace}/{resource}[/{name}[/{subresource}]]
+//	/api/{version}/namespaces/{name}                 (resource namespaces)
+//	/api/{version}/watch/...                         (verb watch)
+//	/apis/{group}/{version}/...                      (the same below)
+//
+// GET is get on an object and list (or watch, with ?watch=true) on a
+// collection; DELETE on a collection is deletecollection. A list or watch
+// whose fieldSelector is metadata.name=<name> names that object. Unlike
+// kube-apiserver, a GET of an object path with ?watch=true (which Concord
+// serves as a watch of that object) is watch, not get.
+func requestAttributes(r *http.Request) Attributes {
+	a := Attributes{Path: r.URL.Path, Verb: strings.ToLower(r.Method)}
+	parts := splitPath(r.URL.Path)
+	if len(parts) < 3 || (parts[0] != "api" && parts[0] != "apis") {
+		return a
+	}
+	prefix := parts[0]
+	parts = parts[1:]
+	if prefix == "apis" {
+		if len(parts) < 3 {
+			return a // /apis/{group}/{version}: discovery
+		}
+		a.APIGroup, parts = parts[0], parts[1:]
+	}
+	a.ResourceRequest = true
+	a.APIVersion, parts = parts[0], parts[1:]
+
+	viaMethod := true
+	if parts[0] == "watch" {
+		a.Verb, parts, viaMethod = "watch", parts[1:], false
+	} else {
+		switch r.Method {
+		case http.MethodPost:
+			a.Verb = "create"
+		case http.MethodGet, http.MethodHead:
+			a.Verb = "get"
+		case http.MethodPut:
+			a.Verb = "update"
+		case http.MethodPatch:
+			a.Verb = "patch"
+		case http.MethodDelete:
+			a.Verb = "delete"
+		default:
+			a.Verb = ""
+		}
+	}
+
+	if len(parts) > 0 && parts[0] == "namespaces" {
+		if len(parts) > 1 {
+			a.Namespace = parts[1]
+			// /namespaces/{namespace}/{resource}/...: the resource is
+			// what follows, unless it is a namespace's own subresource.
+			if len(parts) > 2 && !namespaceSubresources[parts[2]] {
+				parts = parts[2:]
+			}
+		}
+	}
+	switch {
+	case len(parts) >= 3:
+		a.Subresource = parts[2]
+		fallthrough
+	case len(parts) == 2:
+		a.Name = parts[1]
+		fallthrough
+	case len(parts) == 1:
+		a.Resource = parts[0]
+	}
+
+	q := r.URL.Query()
+	if a.Name == "" && a.Verb == "get" {
+		var opts metainternalversion.ListOptions
+		if err := metainternalversionscheme.ParameterCodec.DecodeParameters(q, metav1.SchemeGroupVersion, &opts); err != nil {
+			opts = metainternalversion.ListOptions{Watch: watchParam(q.Get("watch"))}
+		}
+		a.Verb = "list"
+		if opts.Watch {
+			a.Verb = "watch"
+		}
+		if opts.FieldSelector != nil {
+			if name, ok := opts.FieldSelector.RequiresExactMatch("metadata.name"); ok && len(path.IsValidPathSegmentName(name)) == 0 {
+				a.Name = name
+			}
+		}
+	} else if a.Name != "" && a.Verb == "get" && viaMethod && isWatch(r) {
+		// The same test as the object handler's, so that what is
+		// authorized is what is served.
+		a.Verb = "watch"
+	}
+	if a.Name == "" && a.Verb == "delete" {
+		a.Verb = "deletecollection"
+	}
+	return a
+}
+
+// watchParam reads ?watch= as kube-apiserver does when the other list
+// options do not parse: anything but "false" and "0" is true.
+func watchParam(v string) bool {
+	switch strings.ToLower(v) {
+	case "", "false", "0":
+		return false
+	}
+	return true
+}
+
+// splitPath splits a path into its segments, without empty leading and
+// trailing ones.
+func splitPath(p string) []string {
+	p = strings.Trim(p, "/")
+	if p == "" {
+		return nil
+	}
+	return strings.Split(p, "/")
+}
