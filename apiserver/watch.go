@@ -3,6 +3,7 @@ package apiserver
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -90,12 +91,19 @@ func (h *resourceHandler) serveWatch(w http.ResponseWriter, r *http.Request, nam
 	}
 
 	encoder := streaming.NewEncoder(info.StreamSerializer.Framer.NewFrameWriter(w), info.StreamSerializer.Serializer)
-	var buf bytes.Buffer
 	// kubectl get -w asks for Tables: each change is then a one-row Table,
 	// with the column definitions in the first one only, as kube-apiserver.
 	asTable, includeObject, headers := wantsTable(r), r.URL.Query().Get("includeObject"), true
-	send := func(ev watch.Event) error {
-		buf.Reset()
+	encodeObject := func(obj runtime.Object) func() ([]byte, error) {
+		return func() ([]byte, error) {
+			var buf bytes.Buffer
+			if err := info.Serializer.Encode(obj, &buf); err != nil {
+				return nil, fmt.Errorf("encode watch event: %w", err)
+			}
+			return bytes.TrimRight(buf.Bytes(), "\n"), nil
+		}
+	}
+	send := func(ev watch.Event, encodings *registry.Encodings) error {
 		obj := ev.Object
 		if st, ok := obj.(*metav1.Status); ok {
 			st.Kind, st.APIVersion = "Status", "v1"
@@ -110,13 +118,23 @@ func (h *resourceHandler) serveWatch(w http.ResponseWriter, r *http.Request, nam
 				table.ColumnDefinitions = nil
 			}
 			headers = false
-			obj = table
+			obj, encodings = table, nil
 		}
-		if err := info.Serializer.Encode(obj, &buf); err != nil {
-			return fmt.Errorf("encode watch event: %w", err)
+		// A fan-out event is encoded once per format and shared by every
+		// watcher of this replica.
+		raw, err := encodings.Get(info.MediaType, encodeObject(obj))
+		if err != nil {
+			return err
 		}
-		out := metav1.WatchEvent{Type: string(ev.Type), Object: runtime.RawExtension{Raw: buf.Bytes()}}
-		if err := encoder.Encode(&out); err != nil {
+		if info.MediaType == runtime.ContentTypeJSON {
+			// The frame is written as it is: the object's JSON is already
+			// valid, and json.Encoder would validate and compact it again
+			// for every watcher.
+			err = writeJSONEvent(w, ev.Type, raw)
+		} else {
+			err = encoder.Encode(&metav1.WatchEvent{Type: string(ev.Type), Object: runtime.RawExtension{Raw: raw}})
+		}
+		if err != nil {
 			return err
 		}
 		h.metrics.watchEvent(h.store.Resource)
@@ -127,4 +145,17 @@ func (h *resourceHandler) serveWatch(w http.ResponseWriter, r *http.Request, nam
 	if err := stream.Run(ctx, send); err != nil {
 		logger(r).Debug("watch ended", "err", err)
 	}
+}
+
+// writeJSONEvent writes {"type":T,"object":RAW} and a newline: one event of
+// a JSON watch stream, as kube-apiserver frames them.
+func writeJSONEvent(w io.Writer, typ watch.EventType, raw []byte) error {
+	frame := make([]byte, 0, len(raw)+32)
+	frame = append(frame, `{"type":"`...)
+	frame = append(frame, typ...)
+	frame = append(frame, `","object":`...)
+	frame = append(frame, raw...)
+	frame = append(frame, "}\n"...)
+	_, err := w.Write(frame)
+	return err
 }

@@ -42,6 +42,11 @@ type event struct {
 	prev Object
 	// progress marks a report that all changes up to rev were delivered.
 	progress bool
+	// shared: the event came from the fan-out and every watcher sees the
+	// same objects, so their encodings are worth keeping.
+	shared bool
+	// objEncodings and prevEncodings memoize obj's and prev's encodings.
+	objEncodings, prevEncodings Encodings
 }
 
 // subscription is one watcher's queue in the fan-out. Only the broadcaster
@@ -167,6 +172,7 @@ func (b *broadcaster) run(w *etcdstore.Watch, gen int) {
 			if err != nil {
 				return
 			}
+			e.shared = true
 			events = append(events, e)
 			b.store.remember(ev, e)
 		}

@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -110,15 +111,15 @@ func (s *Store) watchError(err error) error {
 // just ends, and the client watches again from its last resourceVersion),
 // or send fails. A compacted start revision is sent as an ERROR event with
 // a 410 Expired Status.
-func (w *Watch) Run(ctx context.Context, send func(watch.Event) error) error {
+func (w *Watch) Run(ctx context.Context, send SendFunc) error {
 	defer w.close()
 	for _, obj := range w.initial {
-		if err := send(watch.Event{Type: watch.Added, Object: obj}); err != nil {
+		if err := send(watch.Event{Type: watch.Added, Object: obj}, nil); err != nil {
 			return err
 		}
 	}
 	if w.initialEnd {
-		if err := send(w.bookmark(w.from, true)); err != nil {
+		if err := send(w.bookmark(w.from, true), nil); err != nil {
 			return err
 		}
 	}
@@ -147,7 +148,7 @@ func (w *Watch) Run(ctx context.Context, send func(watch.Event) error) error {
 	}
 }
 
-func (w *Watch) runDirect(ctx context.Context, send func(watch.Event) error) error {
+func (w *Watch) runDirect(ctx context.Context, send SendFunc) error {
 	for {
 		select {
 		case <-ctx.Done():
@@ -164,7 +165,7 @@ func (w *Watch) runDirect(ctx context.Context, send func(watch.Event) error) err
 					st = apierrors.NewResourceExpired(watchExpiredMsg)
 				}
 				status := st.Status()
-				return send(watch.Event{Type: watch.Error, Object: &status})
+				return send(watch.Event{Type: watch.Error, Object: &status}, nil)
 			}
 			for _, ev := range resp.Events {
 				e, err := w.store.decodeEvent(ev)
@@ -186,7 +187,7 @@ func (w *Watch) runDirect(ctx context.Context, send func(watch.Event) error) err
 
 // deliver sends what e means to this watcher, if anything: objects entering
 // the selection are ADDED, leaving it DELETED.
-func (w *Watch) deliver(e *event, send func(watch.Event) error) error {
+func (w *Watch) deliver(e *event, send SendFunc) error {
 	if e.rev < w.from || (e.rev == w.from && !e.progress) {
 		return nil // already seen
 	}
@@ -195,7 +196,7 @@ func (w *Watch) deliver(e *event, send func(watch.Event) error) error {
 		if !w.bookmarks {
 			return nil
 		}
-		return send(w.bookmark(e.rev, false))
+		return send(w.bookmark(e.rev, false), nil)
 	}
 	if w.namespace != "" && e.namespace != w.namespace {
 		return nil
@@ -204,11 +205,11 @@ func (w *Watch) deliver(e *event, send func(watch.Event) error) error {
 	before := e.prev != nil && w.filter.matches(e.prev)
 	switch {
 	case now && before:
-		return send(watch.Event{Type: watch.Modified, Object: e.obj})
+		return send(watch.Event{Type: watch.Modified, Object: e.obj}, e.encodings(&e.objEncodings))
 	case now:
-		return send(watch.Event{Type: watch.Added, Object: e.obj})
+		return send(watch.Event{Type: watch.Added, Object: e.obj}, e.encodings(&e.objEncodings))
 	case before:
-		return send(watch.Event{Type: watch.Deleted, Object: e.prev})
+		return send(watch.Event{Type: watch.Deleted, Object: e.prev}, e.encodings(&e.prevEncodings))
 	}
 	return nil
 }
@@ -238,4 +239,47 @@ func (w *Watch) close() {
 // that watches reconnect spread out over time.
 func DefaultWatchTimeout(random float64) time.Duration {
 	return time.Duration(float64(30*time.Minute) * (1 + random))
+}
+
+// SendFunc sends one event to a watcher. encodings, when not nil, memoizes
+// the event object's encoded forms: the object is shared by every watcher of
+// the replica, so it is encoded once per format, not once per watcher.
+type SendFunc func(ev watch.Event, encodings *Encodings) error
+
+// Encodings memoizes the encoded forms of one shared event object.
+type Encodings struct {
+	mu sync.Mutex
+	m  map[string][]byte
+}
+
+// Get returns the object's encoding in format, encoding it on first use.
+// Watchers that ask at the same time wait for the first encoder. A nil
+// Encodings just encodes.
+func (e *Encodings) Get(format string, encode func() ([]byte, error)) ([]byte, error) {
+	if e == nil {
+		return encode()
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if b, ok := e.m[format]; ok {
+		return b, nil
+	}
+	b, err := encode()
+	if err != nil {
+		return nil, err
+	}
+	if e.m == nil {
+		e.m = map[string][]byte{}
+	}
+	e.m[format] = b
+	return b, nil
+}
+
+// encodings is the memo to use for one of e's objects: only events from the
+// fan-out are shared between watchers.
+func (e *event) encodings(memo *Encodings) *Encodings {
+	if !e.shared {
+		return nil
+	}
+	return memo
 }
