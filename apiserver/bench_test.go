@@ -137,3 +137,54 @@ func BenchmarkPath(b *testing.B) {
 		})
 	})
 }
+
+// BenchmarkList2000 lists 2,000 1 KiB ConfigMaps: JSON (the pass-through
+// path), JSON through the decoding path (pretty output), protobuf, and the
+// bare etcd range of the same keys.
+func BenchmarkList2000(b *testing.B) {
+	s := startServer(b)
+	s.namespace(b, "lists")
+	c := benchClient()
+	const n = 2000
+	sem := make(chan struct{}, 16)
+	done := make(chan struct{}, n)
+	for i := range n {
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; done <- struct{}{} }()
+			body := `{"metadata":{"name":"l-` + strconv.Itoa(i) + `"},"data":{"v":"` + benchValue + `"}}`
+			benchDo(b, c, http.MethodPost, s.URL+"/api/v1/namespaces/lists/configmaps", body)
+		}()
+	}
+	for range n {
+		<-done
+	}
+	list := func(query, accept string) func(b *testing.B) {
+		return func(b *testing.B) {
+			for b.Loop() {
+				req, _ := http.NewRequest(http.MethodGet, s.URL+"/api/v1/namespaces/lists/configmaps"+query, nil)
+				if accept != "" {
+					req.Header.Set("Accept", accept)
+				}
+				resp, err := c.Do(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.Copy(io.Discard, resp.Body); err != nil || resp.StatusCode != http.StatusOK {
+					b.Fatalf("list: %d %v", resp.StatusCode, err)
+				}
+				resp.Body.Close()
+			}
+		}
+	}
+	b.Run("json", list("", ""))
+	b.Run("json-decoded", list("?pretty=true", ""))
+	b.Run("protobuf", list("", "application/vnd.kubernetes.protobuf"))
+	b.Run("etcd", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := s.Etcd.Client.Get(context.Background(), "/registry/configmaps/lists/", clientv3.WithPrefix()); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

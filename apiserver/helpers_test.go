@@ -119,7 +119,7 @@ func startServerWithOptions(t testing.TB, opts serverOptions) *testServer {
 }
 
 // namespace creates namespaces, so objects can be created in them.
-func (s *testServer) namespace(t *testing.T, names ...string) {
+func (s *testServer) namespace(t testing.TB, names ...string) {
 	t.Helper()
 	for _, name := range names {
 		body := map[string]any{"metadata": map[string]string{"name": name}}
@@ -138,7 +138,7 @@ type response struct {
 
 // do sends one request; body may be nil, a string, []byte or a value that is
 // encoded as JSON.
-func (s *testServer) do(t *testing.T, method, path string, body any, header ...string) response {
+func (s *testServer) do(t testing.TB, method, path string, body any, header ...string) response {
 	t.Helper()
 	var reader io.Reader
 	switch b := body.(type) {
@@ -179,7 +179,7 @@ func (s *testServer) do(t *testing.T, method, path string, body any, header ...s
 }
 
 // status decodes the body as a Status and fails the test if it is not one.
-func (r response) status(t *testing.T) metav1.Status {
+func (r response) status(t testing.TB) metav1.Status {
 	t.Helper()
 	var st metav1.Status
 	if err := json.Unmarshal(r.Body, &st); err != nil || st.Kind != "Status" || st.APIVersion != "v1" {
@@ -193,7 +193,7 @@ func (r response) status(t *testing.T) metav1.Status {
 }
 
 // decode decodes the body as JSON into v.
-func (r response) decode(t *testing.T, v any) {
+func (r response) decode(t testing.TB, v any) {
 	t.Helper()
 	if err := json.Unmarshal(r.Body, v); err != nil {
 		t.Fatalf("decode %T: %v: %s", v, err, r.Body)

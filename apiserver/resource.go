@@ -49,6 +49,17 @@ func (h *resourceHandler) collection(w http.ResponseWriter, r *http.Request) {
 			h.serveWatch(w, r, namespace, "", opts)
 			return
 		}
+		if wantsPlainJSON(r) {
+			list, served, err := h.store.ListJSON(r.Context(), namespace, opts)
+			if err != nil {
+				writeError(w, r, err)
+				return
+			}
+			if served {
+				writeJSONList(w, r, list)
+				return
+			}
+		}
 		list, err := h.store.List(r.Context(), namespace, opts)
 		if err != nil {
 			writeError(w, r, err)

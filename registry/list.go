@@ -89,9 +89,42 @@ func tooLargeResourceVersion(want, current int64) *apierrors.StatusError {
 // and selector semantics. The list's resourceVersion is the etcd revision
 // the snapshot was read at.
 func (s *Store) List(ctx context.Context, namespace string, opts *metainternalversion.ListOptions) (runtime.Object, error) {
-	f, err := validateListOptions(opts)
+	plan, err := planList(opts)
 	if err != nil {
 		return nil, err
+	}
+	var items []runtime.Object
+	rev, token, remaining, err := s.listPages(ctx, namespace, opts, plan, func(key string, stored etcdstore.Object) (bool, error) {
+		obj, err := s.decode(key, stored)
+		if err != nil {
+			return false, err
+		}
+		if !plan.filter.matches(obj) {
+			return false, nil
+		}
+		items = append(items, obj)
+		return true, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s.newList(items, rev, token, remaining)
+}
+
+// listPlan is what a list's options mean for the reads.
+type listPlan struct {
+	filter filter
+	// readRev 0 reads the latest state; minRev is what that state must reach.
+	readRev, minRev, rv int64
+	start               string
+}
+
+// planList validates a list's options and works out what to read, with
+// kube-apiserver's resourceVersion, limit and continue semantics.
+func planList(opts *metainternalversion.ListOptions) (listPlan, error) {
+	f, err := validateListOptions(opts)
+	if err != nil {
+		return listPlan{}, err
 	}
 	// A page holds at most maxPageSize objects: a larger limit gets that
 	// many and a continue token, as the API allows a server to. A negative
@@ -99,7 +132,7 @@ func (s *Store) List(ctx context.Context, namespace string, opts *metainternalve
 	opts.Limit = min(max(opts.Limit, 0), maxPageSize)
 	rv, err := parseResourceVersion(opts.ResourceVersion)
 	if err != nil {
-		return nil, err
+		return listPlan{}, err
 	}
 
 	// readRev 0 reads the latest state; minRev is what that state must reach.
@@ -108,10 +141,10 @@ func (s *Store) List(ctx context.Context, namespace string, opts *metainternalve
 	switch {
 	case opts.Continue != "":
 		if rv != 0 {
-			return nil, apierrors.NewBadRequest("specifying resource version is not allowed when using continue")
+			return listPlan{}, apierrors.NewBadRequest("specifying resource version is not allowed when using continue")
 		}
 		if start, readRev, err = decodeContinue(opts.Continue); err != nil {
-			return nil, apierrors.NewBadRequest(fmt.Sprintf("invalid continue token: %v", err))
+			return listPlan{}, apierrors.NewBadRequest(fmt.Sprintf("invalid continue token: %v", err))
 		}
 		if readRev < 0 { // "continue at latest", from a 410 answer
 			readRev = 0
@@ -123,46 +156,52 @@ func (s *Store) List(ctx context.Context, namespace string, opts *metainternalve
 	default: // NotOlderThan
 		minRev = rv
 	}
+	return listPlan{filter: f, readRev: readRev, minRev: minRev, rv: rv, start: start}, nil
+}
 
-	var items []runtime.Object
+// listPages reads pages of the snapshot and hands every stored object to add
+// until opts.Limit objects were added (add reports whether it took one). It
+// returns the snapshot revision and, for a page that stops early, the
+// continue token and (without selectors) the count of objects left.
+func (s *Store) listPages(ctx context.Context, namespace string, opts *metainternalversion.ListOptions, plan listPlan, add func(key string, stored etcdstore.Object) (bool, error)) (rev int64, token string, remaining *int64, err error) {
+	readRev, minRev, rv, start, everything := plan.readRev, plan.minRev, plan.rv, plan.start, plan.filter.everything()
 	var lastKey string
-	var token string
-	var remaining *int64
+	added := int64(0)
 	pageSize := opts.Limit
 	for {
 		res, err := s.storage.List(ctx, s.Resource.Plural, namespace, etcdstore.ListOptions{Revision: readRev, Limit: pageSize, Start: start})
 		if err != nil {
-			return nil, s.listError(ctx, err, opts, start, rv)
+			return 0, "", nil, s.listError(ctx, err, opts, start, rv)
 		}
 		if readRev == 0 {
 			if res.Revision < minRev {
-				return nil, tooLargeResourceVersion(minRev, res.Revision)
+				return 0, "", nil, tooLargeResourceVersion(minRev, res.Revision)
 			}
 			readRev = res.Revision // every further page reads the same snapshot
 		}
 		for i, stored := range res.Objects {
-			obj, err := s.decode(s.listedKey(namespace, stored), stored)
+			took, err := add(s.listedKey(namespace, stored), stored)
 			if err != nil {
-				return nil, err
+				return 0, "", nil, err
 			}
 			lastKey = stored.Key
-			if !f.matches(obj) {
+			if !took {
 				continue
 			}
-			items = append(items, obj)
-			if opts.Limit > 0 && int64(len(items)) == opts.Limit {
+			added++
+			if opts.Limit > 0 && added == opts.Limit {
 				left := res.Remaining + int64(len(res.Objects)-1-i)
 				if left > 0 {
 					token = encodeContinue(lastKey+"\x00", readRev)
-					if f.everything() {
+					if everything {
 						remaining = &left
 					}
 				}
-				return s.newList(items, readRev, token, remaining)
+				return readRev, token, remaining, nil
 			}
 		}
 		if opts.Limit == 0 || res.Remaining == 0 || len(res.Objects) == 0 {
-			return s.newList(items, readRev, "", nil)
+			return readRev, "", nil, nil
 		}
 		// The selector skipped objects: read on, in larger pages.
 		start = lastKey + "\x00"

@@ -1,0 +1,54 @@
+package apiserver
+
+import (
+	"bufio"
+	"encoding/json"
+	"net/http"
+
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/concord-dev/concord/registry"
+)
+
+// wantsPlainJSON reports whether a list may take the JSON fast path: the
+// client's preferred format is JSON, not a Table, and not pretty-printed.
+func wantsPlainJSON(r *http.Request) bool {
+	if wantsTable(r) || wantsPretty(r) {
+		return false
+	}
+	info, err := responseSerializer(r)
+	return err == nil && info.MediaType == runtime.ContentTypeJSON
+}
+
+// writeJSONList writes a list whose items are JSON already, in the same
+// form the serializer gives a typed list.
+func writeJSONList(w http.ResponseWriter, r *http.Request, list *registry.JSONList) {
+	meta := struct {
+		ResourceVersion    string `json:"resourceVersion,omitempty"`
+		Continue           string `json:"continue,omitempty"`
+		RemainingItemCount *int64 `json:"remainingItemCount,omitempty"`
+	}{list.ResourceVersion, list.Continue, list.RemainingItemCount}
+	metaJSON, err := json.Marshal(meta)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", runtime.ContentTypeJSON)
+	w.Header().Set("Cache-Control", "no-cache, private")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	bw := bufio.NewWriterSize(w, 64<<10)
+	bw.WriteString(`{"kind":"` + list.Kind + `","apiVersion":"` + list.APIVersion + `","metadata":`)
+	bw.Write(metaJSON)
+	bw.WriteString(`,"items":[`)
+	for i, item := range list.Items {
+		if i > 0 {
+			bw.WriteByte(',')
+		}
+		bw.Write(item)
+	}
+	bw.WriteString("]}\n")
+	if err := bw.Flush(); err != nil {
+		logger(r).Warn("write response", "err", err)
+	}
+}

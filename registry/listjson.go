@@ -1,0 +1,115 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
+
+	"github.com/concord-dev/concord/etcdstore"
+)
+
+// JSONList is a list answer whose items are JSON already: the stored objects
+// with their resourceVersion written in, never decoded.
+type JSONList struct {
+	Kind, APIVersion   string
+	ResourceVersion    string
+	Continue           string
+	RemainingItemCount *int64
+	Items              [][]byte
+}
+
+// ListJSON is List for a client that takes JSON and selects nothing: each
+// stored object is passed through with its resourceVersion inserted, instead
+// of being decoded and encoded again (objects are stored as JSON). served is
+// false when the options need decoded objects (selectors); use List then.
+func (s *Store) ListJSON(ctx context.Context, namespace string, opts *metainternalversion.ListOptions) (_ *JSONList, served bool, _ error) {
+	if (opts.LabelSelector != nil && !opts.LabelSelector.Empty()) || (opts.FieldSelector != nil && !opts.FieldSelector.Empty()) {
+		return nil, false, nil
+	}
+	plan, err := planList(opts)
+	if err != nil {
+		return nil, true, err
+	}
+	var items [][]byte
+	rev, token, remaining, err := s.listPages(ctx, namespace, opts, plan, func(key string, stored etcdstore.Object) (bool, error) {
+		plaintext, _, err := s.unseal(key, stored.Value)
+		if err != nil {
+			return false, err
+		}
+		item, err := withResourceVersion(plaintext, stored.Revision)
+		if err != nil {
+			return false, fmt.Errorf("stored %s %s: %w", s.Resource.Kind, key, err)
+		}
+		items = append(items, item)
+		return true, nil
+	})
+	if err != nil {
+		return nil, true, err
+	}
+	gvk := s.Resource.ListGroupVersionKind()
+	return &JSONList{
+		Kind:               gvk.Kind,
+		APIVersion:         gvk.GroupVersion().String(),
+		ResourceVersion:    formatRevision(rev),
+		Continue:           token,
+		RemainingItemCount: remaining,
+		Items:              items,
+	}, true, nil
+}
+
+// withResourceVersion returns the JSON object obj with
+// "resourceVersion":"<rev>" as the first field of its top-level metadata.
+func withResourceVersion(obj []byte, rev int64) ([]byte, error) {
+	for len(obj) > 0 && (obj[len(obj)-1] == '\n' || obj[len(obj)-1] == ' ') {
+		obj = obj[:len(obj)-1]
+	}
+	at := metadataStart(obj)
+	if at < 0 {
+		return nil, errors.New("no top-level metadata object")
+	}
+	field := `"resourceVersion":"` + strconv.FormatInt(rev, 10) + `"`
+	out := make([]byte, 0, len(obj)+len(field)+1)
+	out = append(out, obj[:at]...)
+	out = append(out, field...)
+	if obj[at] != '}' {
+		out = append(out, ',')
+	}
+	return append(out, obj[at:]...), nil
+}
+
+// metadataStart finds the top-level key "metadata" of a compact JSON object
+// and returns the index just after its value's '{', or -1. It follows
+// strings and nesting, so a "metadata" key deeper down or a string that
+// merely contains the word is never taken.
+func metadataStart(b []byte) int {
+	depth, inString, escaped, keyStart := 0, false, false, -1
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+				if depth == 1 && string(b[keyStart:i]) == "metadata" && i+2 < len(b) && b[i+1] == ':' && b[i+2] == '{' {
+					return i + 3
+				}
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString, keyStart = true, i+1
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+		}
+	}
+	return -1
+}
