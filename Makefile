@@ -1,7 +1,7 @@
 # The two set-up commands of the README.
 .PHONY: run test deps fuzz
 
-# Dev mode: embedded etcd in ./concord-data, API on http://127.0.0.1:8080.
+# Dev mode: embedded etcd in ./concord-data, API on https://127.0.0.1:8080.
 run:
 	go run ./cmd/concord
 
