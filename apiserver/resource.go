@@ -105,23 +105,32 @@ func (h *resourceHandler) deleteCollection(w http.ResponseWriter, r *http.Reques
 		writeError(w, r, err)
 		return
 	}
-	opts, err := writeOptions(r, "DeleteOptions")
+	delOpts, opts, err := h.deleteOptions(w, r)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	delOpts, err := decodeDeleteOptions(w, r, h.store.Resource.GroupVersion)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	opts.DryRun = opts.DryRun || len(delOpts.DryRun) > 0
 	deleted, err := h.store.DeleteCollection(r.Context(), namespace, listOpts, delOpts, opts)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
 	writeObject(w, r, http.StatusOK, deleted)
+}
+
+// deleteOptions reads a DELETE's query options, conditions and optional
+// DeleteOptions body; dryRun may come from either.
+func (h *resourceHandler) deleteOptions(w http.ResponseWriter, r *http.Request) (*metav1.DeleteOptions, registry.WriteOptions, error) {
+	opts, err := writeOptions(r, "DeleteOptions")
+	if err != nil {
+		return nil, opts, err
+	}
+	delOpts, err := decodeDeleteOptions(w, r, h.store.Resource.GroupVersion)
+	if err != nil {
+		return nil, opts, err
+	}
+	opts.DryRun = opts.DryRun || len(delOpts.DryRun) > 0
+	return delOpts, opts, nil
 }
 
 func (h *resourceHandler) item(w http.ResponseWriter, r *http.Request) {
@@ -179,17 +188,11 @@ func (h *resourceHandler) item(w http.ResponseWriter, r *http.Request) {
 	case http.MethodPatch:
 		h.patch(w, r, namespace, name)
 	case http.MethodDelete:
-		conds, err := writeOptions(r, "DeleteOptions")
+		opts, conds, err := h.deleteOptions(w, r)
 		if err != nil {
 			writeError(w, r, err)
 			return
 		}
-		opts, err := decodeDeleteOptions(w, r, h.store.Resource.GroupVersion)
-		if err != nil {
-			writeError(w, r, err)
-			return
-		}
-		conds.DryRun = conds.DryRun || len(opts.DryRun) > 0
 		status, err := h.store.Delete(r.Context(), namespace, name, opts, conds)
 		if err != nil {
 			writeError(w, r, err)
