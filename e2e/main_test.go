@@ -92,7 +92,7 @@ var openServingFlags = []string{"--insecure-serving", "--anonymous-auth", "--aut
 // override them). It does not wait for readiness. The process is killed at
 // the end of the test if it still runs, and its log is printed if the test
 // failed.
-func launch(t *testing.T, name, dir string, args ...string) *proc {
+func launch(t testing.TB, name, dir string, args ...string) *proc {
 	t.Helper()
 	args = append(append([]string{"--port", "0", "--log-format", "json"}, openServingFlags...), args...)
 	p := &proc{
@@ -133,7 +133,7 @@ func launch(t *testing.T, name, dir string, args ...string) *proc {
 }
 
 // startConcord launches the binary and waits for its ready line.
-func startConcord(t *testing.T, name, dir string, args ...string) *proc {
+func startConcord(t testing.TB, name, dir string, args ...string) *proc {
 	t.Helper()
 	p := launch(t, name, dir, args...)
 	r := p.waitReady(t)
@@ -221,7 +221,7 @@ func (w logWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-func (p *proc) waitReady(t *testing.T) readyLine {
+func (p *proc) waitReady(t testing.TB) readyLine {
 	t.Helper()
 	timer := time.NewTimer(readyTimeout)
 	defer timer.Stop()

@@ -24,7 +24,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -162,7 +161,7 @@ type fanoutWatcher struct {
 func runFanout(b *testing.B, n int) fanoutResult {
 	res := fanoutResult{runs: 1}
 	etcd := etcdtest.Start(b)
-	p := startConcordTB(b, fmt.Sprintf("concord (watchers=%d)", n), b.TempDir(), "--etcd-servers", etcd.Endpoint)
+	p := startConcord(b, fmt.Sprintf("concord (watchers=%d)", n), b.TempDir(), "--etcd-servers", etcd.Endpoint)
 	defer p.stop(b)
 	pid := p.cmd.Process.Pid
 	b.Logf("%s; server: %s; each process needs > %d", noFileNote, noFileLimit(pid), n)
@@ -566,58 +565,6 @@ func noFileLimit(pid int) string {
 		}
 	}
 	return ""
-}
-
-// startConcordTB is startConcord (main_test.go) for a testing.TB: it
-// starts the binary with --port 0 --log-format json, openServingFlags and
-// args, and waits for its ready line. The process is killed at cleanup if
-// it still runs.
-func startConcordTB(tb testing.TB, name, dir string, args ...string) *proc {
-	tb.Helper()
-	args = append(append([]string{"--port", "0", "--log-format", "json"}, openServingFlags...), args...)
-	p := &proc{
-		name:   name,
-		dir:    dir,
-		cmd:    exec.Command(concordBin, args...),
-		readyc: make(chan readyLine, 1),
-		done:   make(chan struct{}),
-	}
-	p.cmd.Dir = dir
-	p.cmd.Stdout = logWriter{p}
-	stderr, err := p.cmd.StderrPipe()
-	if err != nil {
-		tb.Fatalf("%s: stderr pipe: %v", name, err)
-	}
-	if err := p.cmd.Start(); err != nil {
-		tb.Fatalf("%s: start %s %s: %v", name, concordBin, strings.Join(args, " "), err)
-	}
-	go p.readLog(stderr)
-	tb.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = p.cmd.Process.Kill()
-			select {
-			case <-p.done:
-			case <-time.After(killTimeout):
-				tb.Logf("%s: still running %s after SIGKILL", name, killTimeout)
-			}
-		}
-	})
-	timer := time.NewTimer(readyTimeout)
-	defer timer.Stop()
-	select {
-	case r := <-p.readyc:
-		p.url, p.kubeconfig = r.URL, r.Kubeconfig
-	case <-p.done:
-		tb.Fatalf("%s: exited with code %d before it was ready; log:\n%s", name, p.cmd.ProcessState.ExitCode(), p.log())
-	case <-timer.C:
-		tb.Fatalf("%s: not ready after %s; log:\n%s", name, readyTimeout, p.log())
-	}
-	if !loopbackURL.MatchString(p.url) {
-		tb.Fatalf("%s: ready line url = %q; want http://127.0.0.1:<port>", name, p.url)
-	}
-	return p
 }
 
 // stop sends SIGTERM and waits (bounded) for the exit; it only logs what
