@@ -240,6 +240,19 @@ func TestAuthBearerTokens(t *testing.T) {
 	}
 }
 
+// TestImpersonationIsRefused: kubectl --as sends Impersonate-* headers;
+// acting as the caller instead would be a silent surprise.
+func TestImpersonationIsRefused(t *testing.T) {
+	s := startAuthServer(t, false)
+	for _, header := range []string{"Impersonate-User", "Impersonate-Group", "Impersonate-Uid"} {
+		resp := s.doWith(t, s.client(nil), http.MethodGet, "/api/v1/namespaces/team/configmaps", "",
+			"Authorization", "Bearer alice-token", header, "bob")
+		if st := resp.status(t); resp.Code != http.StatusForbidden || st.Reason != metav1.StatusReasonForbidden || !strings.HasSuffix(st.Message, "is forbidden: impersonation is not supported by this server") {
+			t.Errorf("%s: %d %s %q; want 403 Forbidden, impersonation is not supported", header, resp.Code, st.Reason, st.Message)
+		}
+	}
+}
+
 func TestAuthAnonymous(t *testing.T) {
 	s := startAuthServer(t, true)
 	if resp := s.do(t, "", http.MethodGet, "/api/v1/namespaces/public/configmaps", ""); resp.Code != http.StatusOK {

@@ -2,10 +2,12 @@ package apiserver
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"slices"
 	"strings"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/concord-dev/concord/registry"
@@ -45,6 +47,14 @@ func withAuth(next http.Handler, authn *Authentication, authz Authorizer, resour
 		}
 		info.user = user
 		attrs.User = *user
+		if impersonating(r) {
+			// Acting as the caller while the client believes it acts as
+			// someone else would be a silent surprise: refuse instead.
+			labelRefused(r, attrs, known)
+			writeError(w, r, apierrors.NewForbidden(schema.GroupResource{Resource: "users"}, r.Header.Get("Impersonate-User"),
+				errors.New("impersonation is not supported by this server")))
+			return
+		}
 		if allowed, reason := authz.Authorize(attrs); !allowed {
 			labelRefused(r, attrs, known)
 			writeError(w, r, forbidden(attrs, reason))
@@ -82,4 +92,15 @@ func servedResources(stores []*registry.Store) []*registry.Resource {
 		resources = append(resources, s.Resource)
 	}
 	return resources
+}
+
+// impersonating reports whether the request asks to act as another user
+// (kubectl --as, --as-group, --as-uid).
+func impersonating(r *http.Request) bool {
+	for name := range r.Header {
+		if strings.HasPrefix(name, "Impersonate-") {
+			return true
+		}
+	}
+	return false
 }
