@@ -152,6 +152,21 @@ func (h *resourceHandler) item(w http.ResponseWriter, r *http.Request) {
 			writeError(w, r, apierrors.NewBadRequest(err.Error()))
 			return
 		}
+		if wantsPlainJSON(r) {
+			// Objects are stored as JSON: pass it through.
+			raw, rv, err := h.store.GetJSON(r.Context(), namespace, name)
+			if err != nil {
+				writeError(w, r, err)
+				return
+			}
+			w.Header().Set("ETag", etag(rv))
+			if conditional && ifNoneMatch.weakMatch(rv) {
+				w.WriteHeader(http.StatusNotModified)
+				return
+			}
+			writeJSON(w, r, raw)
+			return
+		}
 		obj, err := h.store.Get(r.Context(), namespace, name)
 		if err != nil {
 			writeError(w, r, err)

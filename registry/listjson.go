@@ -113,3 +113,23 @@ func metadataStart(b []byte) int {
 	}
 	return -1
 }
+
+// GetJSON is Get for a client that takes JSON: the stored object with its
+// resourceVersion inserted, never decoded (a linearizable read, as Get).
+func (s *Store) GetJSON(ctx context.Context, namespace, name string) (obj []byte, resourceVersion string, _ error) {
+	stored, err := s.storage.Get(ctx, s.ref(namespace, name), 0)
+	if err != nil {
+		return nil, "", toStatus(err, s.Resource.GroupResource(), name)
+	}
+	plaintext, _, err := s.unseal(s.keyOf(namespace, name), stored.Value)
+	if err != nil {
+		return nil, "", err
+	}
+	out, err := withResourceVersion(plaintext, stored.Revision)
+	if err != nil {
+		return nil, "", fmt.Errorf("stored %s %s/%s: %w", s.Resource.Kind, namespace, name, err)
+	}
+	// Clients read, edit and write back: remember the state, undecoded.
+	s.recent.put(s.recentKey(namespace, name), stored, nil)
+	return out, formatRevision(stored.Revision), nil
+}

@@ -22,7 +22,8 @@ type recent struct {
 
 type recentEntry struct {
 	stored etcdstore.Object
-	// obj is shared: never mutate it.
+	// obj is shared: never mutate it. It is nil for a state remembered from
+	// a JSON read that never decoded it.
 	obj Object
 }
 
@@ -39,7 +40,7 @@ func (c *recent) get(key string) (recentEntry, bool) {
 func (c *recent) put(key string, stored etcdstore.Object, obj Object) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e, ok := c.m[key]; ok && e.stored.Revision >= stored.Revision {
+	if e, ok := c.m[key]; ok && (e.stored.Revision > stored.Revision || (e.stored.Revision == stored.Revision && (e.obj != nil || obj == nil))) {
 		return
 	}
 	if len(c.m) >= maxRecent {

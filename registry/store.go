@@ -17,6 +17,7 @@ import (
 	jsonserializer "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	kjson "sigs.k8s.io/json"
 
 	"github.com/concord-dev/concord/etcdstore"
 	"github.com/concord-dev/concord/registry/encryption"
@@ -354,6 +355,12 @@ func (s *Store) readForWrite(ctx context.Context, namespace, name string, allowR
 	key := s.recentKey(namespace, name)
 	if allowRemembered {
 		if e, ok := s.recent.get(key); ok {
+			if e.obj == nil { // remembered from a JSON read: decode it now
+				if e.obj, err = s.decode(s.keyOf(namespace, name), e.stored); err != nil {
+					return etcdstore.Object{}, nil, false, err
+				}
+				s.recent.put(key, e.stored, e.obj)
+			}
 			return e.stored, e.obj, true, nil
 		}
 	}
@@ -551,14 +558,15 @@ func (s *Store) decode(key string, stored etcdstore.Object) (Object, error) {
 	if err != nil {
 		return nil, err
 	}
-	gvk := s.Resource.GroupVersionKind()
-	out, _, err := storageCodec.Decode(plaintext, &gvk, s.Resource.New())
-	if err != nil {
+	// The type is known, so unmarshal straight into it, as apimachinery's
+	// JSON serializer does after first parsing the whole value once more
+	// only to read apiVersion and kind.
+	obj := s.Resource.New()
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(plaintext, obj); err != nil {
 		return nil, fmt.Errorf("decode stored %s: %w", s.Resource.Kind, err)
 	}
-	obj, ok := out.(Object)
-	if !ok {
-		return nil, fmt.Errorf("decode stored %s: got %T", s.Resource.Kind, out)
+	if gvk := obj.GetObjectKind().GroupVersionKind(); gvk != s.Resource.GroupVersionKind() {
+		return nil, fmt.Errorf("decode stored %s: the value is a %s", s.Resource.Kind, gvk)
 	}
 	obj.SetResourceVersion(formatRevision(stored.Revision))
 	return obj, nil
