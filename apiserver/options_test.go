@@ -1,9 +1,11 @@
 package apiserver_test
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -121,5 +123,29 @@ func TestDeleteCollection(t *testing.T) {
 	}
 	if _, rest := s.list(t, nsPath, nil); len(rest.Items) != 1 {
 		t.Errorf("dry-run deletecollection deleted %v", names(rest))
+	}
+}
+
+// TestDryRunIsDecidedOnEtcdsState: a dry run confirms nothing by writing,
+// so it must not answer from the state this replica remembers. Here the
+// object changes behind the replica's back (another replica, no watch),
+// and a dry-run PUT from the old version must be 409, like a real one.
+func TestDryRunIsDecidedOnEtcdsState(t *testing.T) {
+	s := startServer(t)
+	c := s.create(t, "default", "flags", nil) // remembered by the create
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	changed := `{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"flags","namespace":"default","uid":"` + string(c.UID) + `","creationTimestamp":"2026-01-01T00:00:00Z"},"data":{"by":"elsewhere"}}`
+	if _, err := s.Etcd.Client.Put(ctx, flagsKey, changed); err != nil {
+		t.Fatal(err)
+	}
+	c.Data = map[string]string{"by": "me"}
+	for _, path := range []string{flagsPath + "?dryRun=All", flagsPath} {
+		if resp := s.do(t, http.MethodPut, path, &c); resp.Code != http.StatusConflict {
+			t.Errorf("PUT %s from the superseded version: %d; want 409", path, resp.Code)
+		}
+	}
+	if resp := s.do(t, http.MethodDelete, flagsPath+"?dryRun=All", `{"kind":"DeleteOptions","apiVersion":"v1","preconditions":{"resourceVersion":"`+c.ResourceVersion+`"}}`); resp.Code != http.StatusConflict {
+		t.Errorf("dry-run DELETE with the superseded resourceVersion: %d; want 409", resp.Code)
 	}
 }

@@ -239,15 +239,14 @@ func (s *Store) Update(ctx context.Context, namespace, name string, obj Object, 
 // When another write lands first, the loop reads again and rebuilds, so
 // header conditions and patches always apply to the current state.
 func (s *Store) replace(ctx context.Context, namespace, name string, opts WriteOptions, build func(old Object) (Object, error)) (_ Object, created bool, _ error) {
-	conds := opts
 	gr := s.Resource.GroupResource()
-	key := s.recentKey(namespace, name)
 	for attempt := range maxWriteAttempts {
-		// The first attempt may start from the remembered state; whatever it
-		// decides is only kept if the guarded transaction confirms that
-		// state was current, and any refusal is checked against etcd.
-		stored, old, remembered, err := s.readForWrite(ctx, namespace, name, attempt == 0 && !conds.CreateOnly)
-		if errors.Is(err, etcdstore.ErrNotFound) && conds.CreateOnly {
+		// The first attempt may start from the remembered state. Only a
+		// guarded write can confirm that state was current, so any other
+		// outcome from it (a refusal, "unchanged", a dry run) is decided
+		// again from etcd.
+		stored, old, remembered, err := s.readForWrite(ctx, namespace, name, attempt == 0 && !opts.CreateOnly && !opts.DryRun)
+		if errors.Is(err, etcdstore.ErrNotFound) && opts.CreateOnly {
 			obj, err := build(nil)
 			if err != nil {
 				return nil, false, err
@@ -261,85 +260,90 @@ func (s *Store) replace(ctx context.Context, namespace, name string, opts WriteO
 		if err != nil {
 			return nil, false, toStatus(err, gr, name)
 		}
-		current := formatRevision(stored.Revision)
-		refuse := func(err error) (Object, bool, error) { return nil, false, err }
-		if conds.CreateOnly || (conds.IfNoneMatch != nil && conds.IfNoneMatch(current)) {
-			if remembered {
-				continue
-			}
-			return refuse(newPreconditionFailed(gr, name, "If-None-Match", current))
-		}
-		if conds.IfMatch != nil && !conds.IfMatch(current) {
-			if remembered {
-				continue
-			}
-			return refuse(newPreconditionFailed(gr, name, "If-Match", current))
-		}
-		obj, err := build(old)
-		if err != nil {
-			return nil, false, err
-		}
-		if rv := obj.GetResourceVersion(); rv != "" && rv != current {
-			if remembered {
-				continue
-			}
-			return refuse(apierrors.NewConflict(gr, name, errors.New(OptimisticLockErrorMsg)))
-		}
-		next, err := s.prepareUpdate(obj, old)
-		if err != nil {
-			if remembered {
-				continue
-			}
-			return nil, false, err
-		}
-		plaintext, err := s.serialize(next)
-		if err != nil {
-			return nil, false, err
-		}
-		storedPlaintext, stale, err := s.unseal(s.keyOf(namespace, name), stored.Value)
-		if err != nil {
-			return nil, false, err
-		}
-		// A value stored with an older key or provider is rewritten even
-		// when the object is unchanged, as kube-apiserver does.
-		if !stale && bytes.Equal(plaintext, storedPlaintext) {
-			if remembered {
-				continue // confirm against etcd before answering "unchanged"
-			}
-			// As kube-apiserver: an update that changes nothing writes nothing.
-			return copyObject(old), false, nil
-		}
-		value, err := s.seal(s.keyOf(namespace, name), plaintext)
-		if err != nil {
-			return nil, false, err
-		}
-		if opts.DryRun {
-			return next, false, nil
-		}
-		if next.GetDeletionTimestamp() != nil && len(next.GetFinalizers()) == 0 {
-			// The last finalizer is gone from an object being deleted: it
-			// is deleted now, in the same guarded transaction.
-			delRev, err := s.storage.Delete(ctx, s.ref(namespace, name), stored.Revision)
-			if errors.Is(err, etcdstore.ErrConflict) {
-				continue
-			} else if err != nil {
-				return nil, false, toStatus(err, gr, name)
-			}
-			s.recent.drop(key, delRev)
-			return next, false, nil
-		}
-		newRev, err := s.storage.Update(ctx, s.ref(namespace, name), value, stored.Revision)
-		if errors.Is(err, etcdstore.ErrConflict) {
+		out, wrote, err := s.replaceFrom(ctx, namespace, name, opts, build, stored, old)
+		if errors.Is(err, errRaced) || (remembered && !wrote) {
 			continue
 		}
-		if err != nil {
-			return nil, false, toStatus(err, gr, name)
-		}
-		next.SetResourceVersion(formatRevision(newRev))
-		s.recent.put(key, etcdstore.Object{Value: value, Revision: newRev}, copyObject(next))
-		return next, false, nil
+		return out, false, err
 	}
 	return nil, false, apierrors.NewConflict(gr, name, errors.New(OptimisticLockErrorMsg))
+}
+
+// errRaced: another write landed between a write's read and its guarded
+// transaction; the write reads again.
+var errRaced = errors.New("registry: the object changed during the write")
+
+// replaceFrom decides one replace attempt from the stored state and, if it
+// stands, writes it with a transaction guarded by stored's revision. wrote
+// reports a write (or deletion) that etcd confirmed.
+func (s *Store) replaceFrom(ctx context.Context, namespace, name string, opts WriteOptions, build func(old Object) (Object, error), stored etcdstore.Object, old Object) (_ Object, wrote bool, _ error) {
+	gr := s.Resource.GroupResource()
+	current := formatRevision(stored.Revision)
+	if opts.CreateOnly || (opts.IfNoneMatch != nil && opts.IfNoneMatch(current)) {
+		return nil, false, newPreconditionFailed(gr, name, "If-None-Match", current)
+	}
+	if opts.IfMatch != nil && !opts.IfMatch(current) {
+		return nil, false, newPreconditionFailed(gr, name, "If-Match", current)
+	}
+	obj, err := build(old)
+	if err != nil {
+		return nil, false, err
+	}
+	if rv := obj.GetResourceVersion(); rv != "" && rv != current {
+		return nil, false, apierrors.NewConflict(gr, name, errors.New(OptimisticLockErrorMsg))
+	}
+	next, err := s.prepareUpdate(obj, old)
+	if err != nil {
+		return nil, false, err
+	}
+	plaintext, err := s.serialize(next)
+	if err != nil {
+		return nil, false, err
+	}
+	storedPlaintext, stale, err := s.unseal(s.keyOf(namespace, name), stored.Value)
+	if err != nil {
+		return nil, false, err
+	}
+	// A value stored with an older key or provider is rewritten even when
+	// the object is unchanged, as kube-apiserver does; otherwise an update
+	// that changes nothing writes nothing.
+	if !stale && bytes.Equal(plaintext, storedPlaintext) {
+		return copyObject(old), false, nil
+	}
+	value, err := s.seal(s.keyOf(namespace, name), plaintext)
+	if err != nil {
+		return nil, false, err
+	}
+	if opts.DryRun {
+		return next, false, nil
+	}
+	key := s.recentKey(namespace, name)
+	if next.GetDeletionTimestamp() != nil && len(next.GetFinalizers()) == 0 {
+		// The last finalizer is gone from an object being deleted: it is
+		// deleted now, in the same guarded transaction.
+		delRev, err := s.storage.Delete(ctx, s.ref(namespace, name), stored.Revision)
+		if err != nil {
+			return nil, false, s.writeError(err, name)
+		}
+		s.recent.drop(key, delRev)
+		return next, true, nil
+	}
+	newRev, err := s.storage.Update(ctx, s.ref(namespace, name), value, stored.Revision)
+	if err != nil {
+		return nil, false, s.writeError(err, name)
+	}
+	next.SetResourceVersion(formatRevision(newRev))
+	s.recent.put(key, etcdstore.Object{Value: value, Revision: newRev}, copyObject(next))
+	return next, true, nil
+}
+
+// writeError maps a guarded write's storage error: a lost race is errRaced
+// (read again), anything else a Status.
+func (s *Store) writeError(err error, name string) error {
+	if errors.Is(err, etcdstore.ErrConflict) {
+		return errRaced
+	}
+	return toStatus(err, s.Resource.GroupResource(), name)
 }
 
 // recentKey is how an object is known in s.recent.
@@ -417,66 +421,63 @@ func (s *Store) Delete(ctx context.Context, namespace, name string, opts *metav1
 		return s.deleteNamespace(ctx, name, opts, conds)
 	}
 	gr := s.Resource.GroupResource()
-	key := s.recentKey(namespace, name)
 	for attempt := range maxWriteAttempts {
-		stored, shared, remembered, err := s.readForWrite(ctx, namespace, name, attempt == 0)
+		// As in replace: a remembered state may only end in a confirmed
+		// write; any other outcome is decided again from etcd.
+		stored, shared, remembered, err := s.readForWrite(ctx, namespace, name, attempt == 0 && !conds.DryRun)
 		if err != nil {
 			return nil, toStatus(err, gr, name)
 		}
-		if err := s.checkDelete(stored, shared, opts, conds); err != nil {
-			if remembered {
-				continue // refuse only on what etcd says
-			}
-			return nil, err
+		out, wrote, err := s.deleteFrom(ctx, namespace, name, opts, conds, stored, shared)
+		if errors.Is(err, errRaced) || (remembered && !wrote) {
+			continue
 		}
-		obj := copyObject(shared)
-		if len(obj.GetFinalizers()) > 0 {
-			if remembered {
-				continue // a finalizer path decides on etcd's state
-			}
-			// Finalizers hold the object: it is only marked as being
-			// deleted; the update that removes the last one deletes it.
-			if obj.GetDeletionTimestamp() != nil || conds.DryRun {
-				return obj, nil
-			}
-			now, zero := metav1.NewTime(time.Now().Truncate(time.Second)), int64(0)
-			obj.SetDeletionTimestamp(&now)
-			obj.SetDeletionGracePeriodSeconds(&zero)
-			value, err := s.encode(s.keyOf(namespace, name), obj)
-			if err != nil {
-				return nil, err
-			}
-			rev, err := s.storage.Update(ctx, s.ref(namespace, name), value, stored.Revision)
-			if errors.Is(err, etcdstore.ErrConflict) {
-				continue
-			}
-			if err != nil {
-				return nil, toStatus(err, gr, name)
-			}
-			obj.SetResourceVersion(formatRevision(rev))
-			return obj, nil
-		}
-		if !conds.DryRun {
-			delRev, err := s.storage.Delete(ctx, s.ref(namespace, name), stored.Revision)
-			if errors.Is(err, etcdstore.ErrConflict) {
-				continue
-			}
-			if err != nil {
-				return nil, toStatus(err, gr, name)
-			}
-			s.recent.drop(key, delRev)
-		}
-		return &metav1.Status{
-			Status: metav1.StatusSuccess,
-			Details: &metav1.StatusDetails{
-				Name:  name,
-				Group: gr.Group,
-				Kind:  gr.Resource,
-				UID:   obj.GetUID(),
-			},
-		}, nil
+		return out, err
 	}
 	return nil, apierrors.NewConflict(gr, name, errors.New(OptimisticLockErrorMsg))
+}
+
+// deleteFrom decides one delete attempt from the stored state and carries it
+// out with a transaction guarded by stored's revision; wrote reports a
+// deletion (or marking) that etcd confirmed.
+func (s *Store) deleteFrom(ctx context.Context, namespace, name string, opts *metav1.DeleteOptions, conds WriteOptions, stored etcdstore.Object, shared Object) (_ runtime.Object, wrote bool, _ error) {
+	gr := s.Resource.GroupResource()
+	if err := s.checkDelete(stored, shared, opts, conds); err != nil {
+		return nil, false, err
+	}
+	obj := copyObject(shared)
+	if len(obj.GetFinalizers()) > 0 {
+		// Finalizers hold the object: it is only marked as being deleted;
+		// the update that removes the last one deletes it.
+		if obj.GetDeletionTimestamp() != nil || conds.DryRun {
+			return obj, false, nil
+		}
+		now, zero := metav1.NewTime(time.Now().Truncate(time.Second)), int64(0)
+		obj.SetDeletionTimestamp(&now)
+		obj.SetDeletionGracePeriodSeconds(&zero)
+		value, err := s.encode(s.keyOf(namespace, name), obj)
+		if err != nil {
+			return nil, false, err
+		}
+		rev, err := s.storage.Update(ctx, s.ref(namespace, name), value, stored.Revision)
+		if err != nil {
+			return nil, false, s.writeError(err, name)
+		}
+		obj.SetResourceVersion(formatRevision(rev))
+		return obj, true, nil
+	}
+	if !conds.DryRun {
+		delRev, err := s.storage.Delete(ctx, s.ref(namespace, name), stored.Revision)
+		if err != nil {
+			return nil, false, s.writeError(err, name)
+		}
+		s.recent.drop(s.recentKey(namespace, name), delRev)
+		wrote = true
+	}
+	return &metav1.Status{
+		Status:  metav1.StatusSuccess,
+		Details: &metav1.StatusDetails{Name: name, Group: gr.Group, Kind: gr.Resource, UID: obj.GetUID()},
+	}, wrote, nil
 }
 
 // checkDelete checks a delete's HTTP conditions (412) and DeleteOptions
