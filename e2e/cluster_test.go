@@ -78,37 +78,6 @@ func etcdBinary(t *testing.T) string {
 	return etcdBinPath
 }
 
-// startProc starts bin with args in dir. It does not wait for anything.
-// The process is killed at the end of the test if it still runs, and the
-// end of its log is printed if the test failed.
-func startProc(t *testing.T, name, dir, bin string, args ...string) *proc {
-	t.Helper()
-	p := &proc{
-		name:   name,
-		dir:    dir,
-		cmd:    exec.Command(bin, args...),
-		readyc: make(chan readyLine, 1),
-		done:   make(chan struct{}),
-	}
-	p.cmd.Dir = dir
-	p.cmd.Stdout = logWriter{p}
-	stderr, err := p.cmd.StderrPipe()
-	if err != nil {
-		t.Fatalf("%s: stderr pipe: %v", name, err)
-	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("%s: start %s %s: %v", name, bin, strings.Join(args, " "), err)
-	}
-	go p.readLog(stderr)
-	t.Cleanup(func() {
-		p.kill(t)
-		if t.Failed() {
-			t.Logf("%s (pid %d; %s %s) log, last %d lines:\n%s", name, p.cmd.Process.Pid, filepath.Base(bin), strings.Join(args, " "), logTailLines, p.logTail(logTailLines))
-		}
-	})
-	return p
-}
-
 // running reports whether the process has not exited yet.
 func (p *proc) running() bool {
 	select {
@@ -120,7 +89,7 @@ func (p *proc) running() bool {
 }
 
 // kill sends SIGKILL (if the process still runs) and waits for the exit.
-func (p *proc) kill(t *testing.T) {
+func (p *proc) kill(t testing.TB) {
 	t.Helper()
 	if !p.running() {
 		return

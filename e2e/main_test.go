@@ -87,18 +87,24 @@ type readyLine struct {
 // run; e2e/auth_test.go overrides these flags to test them.
 var openServingFlags = []string{"--insecure-serving", "--anonymous-auth", "--authorization-mode", "AlwaysAllow"}
 
-// launch starts the binary in dir with --port 0 --log-format json and
-// openServingFlags, followed by args (a later flag wins, so args may
-// override them). It does not wait for readiness. The process is killed at
-// the end of the test if it still runs, and its log is printed if the test
-// failed.
+// launch starts the concord binary in dir with --port 0 --log-format json
+// and openServingFlags, followed by args (a later flag wins, so args may
+// override them). It does not wait for readiness.
 func launch(t testing.TB, name, dir string, args ...string) *proc {
 	t.Helper()
 	args = append(append([]string{"--port", "0", "--log-format", "json"}, openServingFlags...), args...)
+	return startProc(t, name, dir, concordBin, args...)
+}
+
+// startProc starts bin with args in dir. It does not wait for anything.
+// The process is killed at the end of the test if it still runs, and the
+// end of its log is printed if the test failed.
+func startProc(t testing.TB, name, dir, bin string, args ...string) *proc {
+	t.Helper()
 	p := &proc{
 		name:   name,
 		dir:    dir,
-		cmd:    exec.Command(concordBin, args...),
+		cmd:    exec.Command(bin, args...),
 		readyc: make(chan readyLine, 1),
 		done:   make(chan struct{}),
 	}
@@ -109,24 +115,13 @@ func launch(t testing.TB, name, dir string, args ...string) *proc {
 		t.Fatalf("%s: stderr pipe: %v", name, err)
 	}
 	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("%s: start %s %s: %v", name, concordBin, strings.Join(args, " "), err)
+		t.Fatalf("%s: start %s %s: %v", name, bin, strings.Join(args, " "), err)
 	}
 	go p.readLog(stderr)
 	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			if err := p.cmd.Process.Kill(); err != nil {
-				t.Errorf("%s: kill: %v", name, err)
-			}
-			select {
-			case <-p.done:
-			case <-time.After(killTimeout):
-				t.Errorf("%s: still running %s after SIGKILL", name, killTimeout)
-			}
-		}
+		p.kill(t)
 		if t.Failed() {
-			t.Logf("%s (%s) log:\n%s", name, strings.Join(args, " "), p.log())
+			t.Logf("%s (pid %d; %s %s) log, last %d lines:\n%s", name, p.cmd.Process.Pid, filepath.Base(bin), strings.Join(args, " "), logTailLines, p.logTail(logTailLines))
 		}
 	})
 	return p
