@@ -285,12 +285,6 @@ func (c *etcdCluster) stop(t *testing.T, i int) {
 	m.p.waitExit(t, exitTimeout)
 }
 
-// kill sends SIGKILL to member i and waits for its exit.
-func (c *etcdCluster) kill(t *testing.T, i int) {
-	t.Helper()
-	c.members[i].p.kill(t)
-}
-
 // leader returns the index of the member that is the leader now.
 func (c *etcdCluster) leader(t *testing.T) int {
 	t.Helper()

@@ -118,13 +118,6 @@ func Parse(data []byte) (*Transformers, error) {
 	return build(&cfg)
 }
 
-// rule is one parsed resource rule.
-type rule struct {
-	index     int
-	resources []string
-	t         *transformer
-}
-
 func build(cfg *EncryptionConfiguration) (*Transformers, error) {
 	var errs []error
 	if cfg.APIVersion != APIVersion || cfg.Kind != Kind {
