@@ -45,7 +45,7 @@ func writeJSONList(w http.ResponseWriter, r *http.Request, list *registry.JSONLi
 		if i > 0 {
 			bw.WriteByte(',')
 		}
-		bw.Write(item)
+		item.WriteJSON(bw)
 	}
 	bw.WriteString("]}\n")
 	if err := bw.Flush(); err != nil {

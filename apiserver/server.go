@@ -63,6 +63,10 @@ type Config struct {
 	// AuditLog, when set, receives one JSON line per API request: who,
 	// what, and how it ended.
 	AuditLog io.Writer
+	// Profiling serves Go's profiles under /debug/pprof/ (kube-apiserver's
+	// --profiling), behind authentication and authorization like any
+	// non-resource URL: by default only system:masters may read them.
+	Profiling bool
 }
 
 // New returns the HTTP handler of the API.
@@ -97,6 +101,9 @@ func New(cfg Config) http.Handler {
 	installDiscovery(router, cfg.Stores, reviewResources...)
 	installReviews(router, cfg.Authentication, cfg.Authorizer)
 	installOpenAPI(router, cfg.Stores)
+	if cfg.Profiling {
+		installProfiling(router)
+	}
 	for _, store := range cfg.Stores {
 		installResource(router, store, m)
 	}

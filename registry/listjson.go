@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -18,7 +19,55 @@ type JSONList struct {
 	ResourceVersion    string
 	Continue           string
 	RemainingItemCount *int64
-	Items              [][]byte
+	Items              []JSONItem
+}
+
+// JSONItem is a stored JSON object and the place in it where its
+// resourceVersion belongs, so that a list is written out without copying
+// every object first.
+type JSONItem struct {
+	object []byte
+	at     int // just after the '{' of the top-level metadata
+	rev    int64
+}
+
+func newJSONItem(obj []byte, rev int64) (JSONItem, error) {
+	for len(obj) > 0 && (obj[len(obj)-1] == '\n' || obj[len(obj)-1] == ' ') {
+		obj = obj[:len(obj)-1]
+	}
+	at := metadataStart(obj)
+	if at < 0 {
+		return JSONItem{}, errors.New("no top-level metadata object")
+	}
+	return JSONItem{object: obj, at: at, rev: rev}, nil
+}
+
+// WriteJSON writes the object with "resourceVersion":"<rev>" as the first
+// field of its top-level metadata.
+func (it JSONItem) WriteJSON(w *bufio.Writer) error {
+	var field [40]byte
+	f := append(field[:0], `"resourceVersion":"`...)
+	f = strconv.AppendInt(f, it.rev, 10)
+	f = append(f, '"')
+	if it.object[it.at] != '}' {
+		f = append(f, ',')
+	}
+	w.Write(it.object[:it.at])
+	w.Write(f)
+	_, err := w.Write(it.object[it.at:])
+	return err
+}
+
+// appendJSON is WriteJSON into a byte slice.
+func (it JSONItem) appendJSON(out []byte) []byte {
+	out = append(out, it.object[:it.at]...)
+	out = append(out, `"resourceVersion":"`...)
+	out = strconv.AppendInt(out, it.rev, 10)
+	out = append(out, '"')
+	if it.object[it.at] != '}' {
+		out = append(out, ',')
+	}
+	return append(out, it.object[it.at:]...)
 }
 
 // ListJSON is List for a client that takes JSON and selects nothing: each
@@ -33,13 +82,16 @@ func (s *Store) ListJSON(ctx context.Context, namespace string, opts *metaintern
 	if err != nil {
 		return nil, true, err
 	}
-	var items [][]byte
+	var items []JSONItem
+	if opts.Limit > 0 {
+		items = make([]JSONItem, 0, min(opts.Limit, 10000))
+	}
 	rev, token, remaining, err := s.listPages(ctx, namespace, opts, plan, func(key string, stored etcdstore.Object) (bool, error) {
 		plaintext, _, err := s.unseal(key, stored.Value)
 		if err != nil {
 			return false, err
 		}
-		item, err := withResourceVersion(plaintext, stored.Revision)
+		item, err := newJSONItem(plaintext, stored.Revision)
 		if err != nil {
 			return false, fmt.Errorf("stored %s %s: %w", s.Resource.Kind, key, err)
 		}
@@ -63,21 +115,11 @@ func (s *Store) ListJSON(ctx context.Context, namespace string, opts *metaintern
 // withResourceVersion returns the JSON object obj with
 // "resourceVersion":"<rev>" as the first field of its top-level metadata.
 func withResourceVersion(obj []byte, rev int64) ([]byte, error) {
-	for len(obj) > 0 && (obj[len(obj)-1] == '\n' || obj[len(obj)-1] == ' ') {
-		obj = obj[:len(obj)-1]
+	item, err := newJSONItem(obj, rev)
+	if err != nil {
+		return nil, err
 	}
-	at := metadataStart(obj)
-	if at < 0 {
-		return nil, errors.New("no top-level metadata object")
-	}
-	field := `"resourceVersion":"` + strconv.FormatInt(rev, 10) + `"`
-	out := make([]byte, 0, len(obj)+len(field)+1)
-	out = append(out, obj[:at]...)
-	out = append(out, field...)
-	if obj[at] != '}' {
-		out = append(out, ',')
-	}
-	return append(out, obj[at:]...), nil
+	return item.appendJSON(make([]byte, 0, len(item.object)+40)), nil
 }
 
 // metadataStart finds the top-level key "metadata" of a compact JSON object

@@ -67,6 +67,8 @@ type Config struct {
 	// EncryptionProviderConfig is an EncryptionConfiguration file (as
 	// kube-apiserver's): which resources' values are encrypted in etcd.
 	EncryptionProviderConfig string
+	// Profiling serves /debug/pprof/ to those authorized for it.
+	Profiling bool
 }
 
 // DefaultConfig is dev mode: embedded etcd, loopback only.
@@ -85,6 +87,7 @@ func DefaultConfig() Config {
 		// kube-apiserver's defaults.
 		MaxRequestsInFlight:         400,
 		MaxMutatingRequestsInFlight: 200,
+		Profiling:                   true,
 	}
 }
 
@@ -126,6 +129,7 @@ func (cfg *Config) AddFlags(fs *flag.FlagSet) {
 	cfg.addSecurityFlags(fs)
 	fs.IntVar(&cfg.MaxRequestsInFlight, "max-requests-inflight", cfg.MaxRequestsInFlight, "most read-only requests (GET, HEAD, OPTIONS; watches are not counted) served at once; more are answered 429 with Retry-After, which clients such as client-go wait for and retry; 0: no limit")
 	fs.IntVar(&cfg.MaxMutatingRequestsInFlight, "max-mutating-requests-inflight", cfg.MaxMutatingRequestsInFlight, "most mutating requests (POST, PUT, PATCH, DELETE) served at once; more are answered 429 with Retry-After; 0: no limit")
+	fs.BoolVar(&cfg.Profiling, "profiling", cfg.Profiling, "serve Go's CPU, heap and goroutine profiles under /debug/pprof/ (authorized as a non-resource URL: by default system:masters only)")
 	fs.StringVar(&cfg.EncryptionProviderConfig, "encryption-provider-config", cfg.EncryptionProviderConfig, "EncryptionConfiguration file (kube-apiserver's format; providers aesgcm and identity) saying which resources are encrypted at rest in etcd, e.g. secrets")
 }
 

@@ -136,6 +136,7 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 		Authentication: sec.authn,
 		Authorizer:     sec.authz,
 		AuditLog:       sec.audit,
+		Profiling:      cfg.Profiling,
 	})
 	// A client that sends its headers slowly (or not at all) is cut off
 	// after readHeaderTimeout, an idle keep-alive connection after
