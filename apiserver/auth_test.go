@@ -112,6 +112,7 @@ func startAuthServer(t *testing.T, anonymous bool) *authServer {
 		},
 		Authorizer: apiserver.NewPolicyAuthorizer(rules),
 		AuditLog:   s.audit,
+		Profiling:  true,
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -462,6 +463,31 @@ func TestAuthMastersAndDiscovery(t *testing.T) {
 	// An unknown path the user may read is 404, not 403.
 	if resp := s.do(t, "bob-token", http.MethodGet, "/apis/example.com/v1", ""); resp.Code != http.StatusNotFound {
 		t.Errorf("bob GET /apis/example.com/v1: %d; want 404", resp.Code)
+	}
+}
+
+// TestProfilingIsForMasters: /debug/pprof/ is a non-resource URL like any
+// other: system:masters reads it, a user without a rule gets 403, and a
+// server without Config.Profiling does not serve it.
+func TestProfilingIsForMasters(t *testing.T) {
+	s := startAuthServer(t, false)
+	for _, path := range []string{"/debug/pprof/", "/debug/pprof/goroutine?debug=1", "/debug/pprof/heap"} {
+		if resp := s.do(t, "admin-token", http.MethodGet, path, ""); resp.Code != http.StatusOK {
+			t.Errorf("system:masters GET %s: %d %s; want 200", path, resp.Code, resp.Body)
+		}
+		resp := s.do(t, "bob-token", http.MethodGet, path, "")
+		if resp.Code != http.StatusForbidden || !strings.Contains(string(resp.Body), `cannot get path \"/debug/pprof/`) {
+			t.Errorf("bob GET %s: %d %s; want 403 naming the path", path, resp.Code, resp.Body)
+		}
+	}
+	off := startServer(t)
+	resp, err := http.Get(off.URL + "/debug/pprof/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("without Profiling: GET /debug/pprof/: %d; want 404", resp.StatusCode)
 	}
 }
 
