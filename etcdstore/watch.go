@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/metadata"
 )
 
 // Event is one change to a key under a resource's prefix.
@@ -68,7 +71,11 @@ func (s *Store) Watch(ctx context.Context, resource string, from int64) (*Watch,
 	if err != nil {
 		return nil, err
 	}
-	ctx = clientv3.WithRequireLeader(ctx)
+	// Each watch gets a gRPC stream of its own (clientv3 groups watches by
+	// their context's metadata): etcd answers a progress request for a
+	// whole stream and only once every watch on it is in sync, so a shared
+	// stream would let one watch's request wait for, and wake, the others.
+	ctx = metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx), "concord-watch", strconv.FormatUint(watchStreams.Add(1), 10))
 	start := time.Now()
 	wch := s.kv.Client.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(from+1), clientv3.WithPrevKV(), clientv3.WithProgressNotify())
 	s.metrics.observe("watch-start", resource, time.Since(start), nil)
@@ -89,6 +96,9 @@ func (s *Store) Watch(ctx context.Context, resource string, from int64) (*Watch,
 	}()
 	return &Watch{C: out, ctx: ctx, client: s.kv.Client}, nil
 }
+
+// watchStreams numbers the watches' gRPC streams.
+var watchStreams atomic.Uint64
 
 func translate(prefix string, resp clientv3.WatchResponse) WatchResponse {
 	if err := resp.Err(); err != nil {

@@ -165,6 +165,20 @@ func planList(opts *metainternalversion.ListOptions) (listPlan, error) {
 // continue token and (without selectors) the count of objects left.
 func (s *Store) listPages(ctx context.Context, namespace string, opts *metainternalversion.ListOptions, plan listPlan, add func(key string, stored etcdstore.Object) (bool, error)) (rev int64, token string, remaining *int64, err error) {
 	readRev, minRev, rv, start, everything := plan.readRev, plan.minRev, plan.rv, plan.start, plan.filter.everything()
+	if s.cache != nil && opts.Limit == 0 && readRev == 0 && minRev == 0 && start == "" {
+		objects, rev, ok, err := s.cache.list(ctx, namespace)
+		if err != nil {
+			return 0, "", nil, s.listError(ctx, err, opts, start, rv)
+		}
+		if ok {
+			for _, stored := range objects {
+				if _, err := add(s.Resource.Plural+"/"+stored.Key, stored); err != nil {
+					return 0, "", nil, err
+				}
+			}
+			return rev, "", nil, nil
+		}
+	}
 	var lastKey string
 	added := int64(0)
 	pageSize := opts.Limit

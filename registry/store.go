@@ -47,6 +47,8 @@ type Store struct {
 	Resource *Resource
 	storage  Storage
 	watch    *broadcaster
+	// cache serves full lists from memory; nil without one (see cache.go).
+	cache *listCache
 	// transformer encrypts and decrypts the stored values (see
 	// WithEncryption); identity unless configured.
 	transformer encryption.Transformer
@@ -63,6 +65,7 @@ type Store struct {
 // NewStore returns the store of res over storage.
 func NewStore(storage Storage, res *Resource, cfg WatchConfig, opts ...StoreOption) *Store {
 	s := &Store{Resource: res, storage: storage, recent: newRecent(), transformer: encryption.Identity()}
+	s.cache = newListCache(s)
 	for _, o := range opts {
 		o(s)
 	}

@@ -17,6 +17,13 @@ func WithEncryption(t *encryption.Transformers) StoreOption {
 	return func(s *Store) { s.transformer = t.For(s.Resource.GroupResource()) }
 }
 
+// WithoutListCache makes every list read etcd (kube-apiserver's
+// --watch-cache=false); by default full lists are served from a cache kept
+// current by a watch (cache.go).
+func WithoutListCache() StoreOption {
+	return func(s *Store) { s.cache = nil }
+}
+
 // storageKey is the key of ref's value relative to the etcd prefix:
 // "<resource>/<namespace>/<name>", or "<resource>/<name>" when
 // cluster-scoped. It is the authenticated data of the value's encryption, so

@@ -41,7 +41,12 @@ type Watch struct {
 }
 
 // StopWatches ends every watch of this resource; for server shutdown.
-func (s *Store) StopWatches() { s.watch.stop() }
+func (s *Store) StopWatches() {
+	s.watch.stop()
+	if s.cache != nil {
+		s.cache.stop()
+	}
+}
 
 // Watch starts a watch of namespace (all when empty) with kube-apiserver's
 // semantics: from resourceVersion N every change after N; from "" or "0"

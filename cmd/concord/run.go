@@ -108,7 +108,11 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 	compactions := newCompactionMetrics(metrics)
 
 	store := etcdstore.NewWithOptions(client, cfg.EtcdPrefix, etcdstore.Options{RequestTimeout: cfg.EtcdRequestTimeout, Metrics: storeMetrics})
-	stores := registry.NewStores(store, registry.DefaultWatchConfig(), registry.WithEncryption(encryptAtRest))
+	storeOpts := []registry.StoreOption{registry.WithEncryption(encryptAtRest)}
+	if !cfg.WatchCache {
+		storeOpts = append(storeOpts, registry.WithoutListCache())
+	}
+	stores := registry.NewStores(store, registry.DefaultWatchConfig(), storeOpts...)
 	bootCtx, cancelBoot := context.WithTimeout(ctx, cfg.EtcdDialTimeout)
 	err = registry.EnsureSystemNamespaces(bootCtx, stores)
 	cancelBoot()

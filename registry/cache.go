@@ -1,0 +1,248 @@
+package registry
+
+import (
+	"context"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/concord-dev/concord/etcdstore"
+)
+
+// listCache keeps the latest stored state of every object of one resource in
+// memory, kept current by an etcd watch of its own, so that a full list costs
+// one small etcd read instead of a range over every object: kube-apiserver's
+// consistent reads from its watch cache. A list served from it is still
+// linearizable: it reads etcd's current revision first (a quorum read) and
+// waits until the cache has applied everything up to that revision, asking
+// etcd for a progress report when no event of this resource says so.
+//
+// The cache starts with the first list that could use it and serves from
+// the list after it; a broken watch resets it and the next list starts it
+// again. Values are kept as stored (encrypted ones stay encrypted).
+type listCache struct {
+	store *Store
+
+	mu    sync.Mutex
+	state cacheState
+	// gen counts starts, so that a finished watch resets only its own.
+	gen    int
+	cancel context.CancelFunc
+	watch  *etcdstore.Watch
+	// rev: the cache holds etcd's state at this revision.
+	rev int64
+	// objects by key relative to the resource's prefix (namespace/name).
+	objects map[string]etcdstore.Object
+	// sorted is objects in key order, shared read-only by lists; nil after
+	// a change (rebuilt by the next list).
+	sorted []etcdstore.Object
+	// advanced is closed (and replaced) whenever rev moves.
+	advanced chan struct{}
+	// askedAt is when progress was last asked of etcd.
+	askedAt time.Time
+}
+
+type cacheState int
+
+const (
+	cacheIdle cacheState = iota
+	cacheLoading
+	cacheReady
+	cacheStopped
+)
+
+// cacheWaitTimeout bounds how long a list waits for the cache to reach
+// etcd's revision before it reads etcd instead (kube-apiserver waits 3 s).
+const cacheWaitTimeout = 3 * time.Second
+
+func newListCache(s *Store) *listCache {
+	return &listCache{store: s, advanced: make(chan struct{})}
+}
+
+// list returns the objects of namespace (all when empty) in key order as of
+// a revision at least etcd's current one, and that revision. ok is false
+// when the cache cannot serve yet (the caller reads etcd).
+func (c *listCache) list(ctx context.Context, namespace string) (objects []etcdstore.Object, rev int64, ok bool, _ error) {
+	c.mu.Lock()
+	switch c.state {
+	case cacheIdle:
+		c.startLocked()
+		c.mu.Unlock()
+		return nil, 0, false, nil
+	case cacheLoading, cacheStopped:
+		c.mu.Unlock()
+		return nil, 0, false, nil
+	}
+	c.mu.Unlock()
+
+	want, err := c.store.storage.CurrentRevision(ctx)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	wantAt := time.Now()
+	timer := time.NewTimer(cacheWaitTimeout)
+	defer timer.Stop()
+	c.mu.Lock()
+	for c.rev < want {
+		if c.state != cacheReady {
+			c.mu.Unlock()
+			return nil, 0, false, nil
+		}
+		// A progress report answers for every revision current when it was
+		// asked for: ask again only if the last request predates want.
+		var ask *etcdstore.Watch
+		if c.askedAt.Before(wantAt) {
+			c.askedAt, ask = time.Now(), c.watch
+		}
+		advanced := c.advanced
+		c.mu.Unlock()
+		if ask != nil {
+			// A failed request makes this list wait for the timeout.
+			_ = ask.RequestProgress()
+		}
+		select {
+		case <-advanced:
+		case <-timer.C:
+			return nil, 0, false, nil
+		case <-ctx.Done():
+			return nil, 0, false, ctx.Err()
+		}
+		c.mu.Lock()
+	}
+	all, rev := c.sortedLocked(), c.rev
+	c.mu.Unlock()
+	return inNamespace(all, namespace), rev, true, nil
+}
+
+// inNamespace is the run of sorted that belongs to namespace ("": all).
+func inNamespace(sorted []etcdstore.Object, namespace string) []etcdstore.Object {
+	if namespace == "" {
+		return sorted
+	}
+	prefix := namespace + "/"
+	from := sort.Search(len(sorted), func(i int) bool { return sorted[i].Key >= prefix })
+	to := from + sort.Search(len(sorted)-from, func(i int) bool { return !strings.HasPrefix(sorted[from+i].Key, prefix) })
+	return sorted[from:to]
+}
+
+func (c *listCache) sortedLocked() []etcdstore.Object {
+	if c.sorted == nil {
+		c.sorted = make([]etcdstore.Object, 0, len(c.objects))
+		for _, o := range c.objects {
+			c.sorted = append(c.sorted, o)
+		}
+		sort.Slice(c.sorted, func(i, j int) bool { return c.sorted[i].Key < c.sorted[j].Key })
+	}
+	return c.sorted
+}
+
+// startLocked loads the resource from etcd and watches it from there, in
+// the background.
+func (c *listCache) startLocked() {
+	c.gen++
+	ctx, cancel := context.WithCancel(context.Background())
+	c.state, c.cancel = cacheLoading, cancel
+	go c.load(ctx, c.gen)
+}
+
+func (c *listCache) load(ctx context.Context, gen int) {
+	objects, rev, err := c.readAll(ctx)
+	var w *etcdstore.Watch
+	if err == nil {
+		w, err = c.store.storage.Watch(ctx, c.store.Resource.Plural, rev)
+	}
+	if err != nil {
+		c.resetIf(gen)
+		return
+	}
+	c.mu.Lock()
+	if c.gen != gen {
+		c.mu.Unlock()
+		return
+	}
+	c.state, c.watch, c.rev, c.objects, c.sorted = cacheReady, w, rev, objects, nil
+	c.advanceLocked()
+	c.mu.Unlock()
+	c.run(w, gen)
+}
+
+// readAll reads every object of the resource at one revision, in pages.
+func (c *listCache) readAll(ctx context.Context) (map[string]etcdstore.Object, int64, error) {
+	objects := map[string]etcdstore.Object{}
+	var rev int64
+	start := ""
+	for {
+		res, err := c.store.storage.List(ctx, c.store.Resource.Plural, "", etcdstore.ListOptions{Revision: rev, Limit: maxPageSize, Start: start})
+		if err != nil {
+			return nil, 0, err
+		}
+		rev = res.Revision
+		for _, o := range res.Objects {
+			objects[o.Key] = o
+		}
+		if res.Remaining == 0 || len(res.Objects) == 0 {
+			return objects, rev, nil
+		}
+		start = res.Objects[len(res.Objects)-1].Key + "\x00"
+	}
+}
+
+// run applies the watch's changes until it ends; then the cache resets.
+func (c *listCache) run(w *etcdstore.Watch, gen int) {
+	defer c.resetIf(gen)
+	for resp := range w.C {
+		if resp.Err != nil {
+			return
+		}
+		c.mu.Lock()
+		if c.gen != gen {
+			c.mu.Unlock()
+			return
+		}
+		for _, ev := range resp.Events {
+			if ev.Value == nil {
+				delete(c.objects, ev.Key)
+			} else {
+				c.objects[ev.Key] = etcdstore.Object{Key: ev.Key, Value: ev.Value, Revision: ev.Revision}
+			}
+			c.rev = ev.Revision
+		}
+		if len(resp.Events) > 0 {
+			c.sorted = nil
+		} else if resp.Progress > c.rev {
+			c.rev = resp.Progress
+		}
+		c.advanceLocked()
+		c.mu.Unlock()
+	}
+}
+
+func (c *listCache) advanceLocked() {
+	close(c.advanced)
+	c.advanced = make(chan struct{})
+}
+
+func (c *listCache) resetIf(gen int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gen == gen && c.state != cacheStopped {
+		c.resetLocked(cacheIdle)
+	}
+}
+
+func (c *listCache) resetLocked(state cacheState) {
+	if c.cancel != nil {
+		c.cancel()
+	}
+	c.gen++
+	c.state, c.watch, c.objects, c.sorted, c.rev = state, nil, nil, nil, 0
+	c.advanceLocked()
+}
+
+// stop ends the cache for good (server shutdown).
+func (c *listCache) stop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.resetLocked(cacheStopped)
+}

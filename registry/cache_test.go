@@ -1,0 +1,192 @@
+package registry
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/concord-dev/concord/etcdstore"
+	"github.com/concord-dev/concord/etcdstore/etcdtest"
+)
+
+// countingStorage counts the ranges a store reads from etcd.
+type countingStorage struct {
+	Storage
+	lists atomic.Int64
+}
+
+func (c *countingStorage) List(ctx context.Context, resource, namespace string, opts etcdstore.ListOptions) (etcdstore.ListResult, error) {
+	c.lists.Add(1)
+	return c.Storage.List(ctx, resource, namespace, opts)
+}
+
+type cacheFixture struct {
+	etcd *etcdtest.Etcd
+	// cached serves lists from its cache; direct always reads etcd.
+	cached, direct *Store
+	counted        *countingStorage
+}
+
+func newCacheFixture(t *testing.T) *cacheFixture {
+	e := etcdtest.Start(t)
+	storage := etcdstore.New(e.Client, "/registry")
+	counted := &countingStorage{Storage: storage}
+	f := &cacheFixture{
+		etcd:    e,
+		cached:  NewStore(counted, ConfigMaps, DefaultWatchConfig()),
+		direct:  NewStore(storage, ConfigMaps, DefaultWatchConfig(), WithoutListCache()),
+		counted: counted,
+	}
+	t.Cleanup(f.cached.StopWatches)
+	return f
+}
+
+// put writes a ConfigMap as another replica would, straight into etcd, and
+// returns the write's revision.
+func (f *cacheFixture) put(t *testing.T, namespace, name, value string) int64 {
+	t.Helper()
+	obj := fmt.Sprintf(`{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":%q,"namespace":%q,"uid":"u-%s","labels":{"v":%q}},"data":{"k":%q}}`, name, namespace, name, value, value)
+	resp, err := f.etcd.Client.Put(context.Background(), "/registry/configmaps/"+namespace+"/"+name, obj)
+	if err != nil {
+		t.Fatalf("put %s/%s: %v", namespace, name, err)
+	}
+	return resp.Header.Revision
+}
+
+// warm starts the cache and waits (bounded) until it serves.
+func (f *cacheFixture) warm(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, _, ok, err := f.cached.cache.list(context.Background(), ""); err != nil {
+			t.Fatalf("cache list: %v", err)
+		} else if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the list cache did not start within 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// jsonList lists namespace as JSON and returns the body and resourceVersion.
+func jsonList(t *testing.T, s *Store, namespace string) (string, string) {
+	t.Helper()
+	list, served, err := s.ListJSON(context.Background(), namespace, &metainternalversion.ListOptions{})
+	if err != nil || !served {
+		t.Fatalf("ListJSON(%q) = served %v, %v", namespace, served, err)
+	}
+	var b bytes.Buffer
+	w := bufio.NewWriter(&b)
+	for _, item := range list.Items {
+		if err := item.WriteJSON(w); err != nil {
+			t.Fatal(err)
+		}
+		w.WriteByte('\n')
+	}
+	w.Flush()
+	return b.String(), list.ResourceVersion
+}
+
+func TestListCacheServesWhatEtcdHolds(t *testing.T) {
+	f := newCacheFixture(t)
+	for i := range 5 {
+		for _, ns := range []string{"a", "a-b", "b"} {
+			f.put(t, ns, "cm-"+strconv.Itoa(i), ns+strconv.Itoa(i))
+		}
+	}
+	f.warm(t)
+	before := f.counted.lists.Load()
+	for _, ns := range []string{"", "a", "a-b", "b", "empty"} {
+		got, gotRV := jsonList(t, f.cached, ns)
+		want, wantRV := jsonList(t, f.direct, ns)
+		if got != want || gotRV != wantRV {
+			t.Errorf("namespace %q: cached list (rv %s)\n%s\nwant (rv %s, read from etcd)\n%s", ns, gotRV, got, wantRV, want)
+		}
+	}
+	// Selectors decode the cached objects.
+	sel := labels.SelectorFromSet(labels.Set{"v": "a-b3"})
+	for _, s := range []*Store{f.cached, f.direct} {
+		list, err := s.List(context.Background(), "", &metainternalversion.ListOptions{LabelSelector: sel})
+		if err != nil {
+			t.Fatal(err)
+		}
+		items, _ := meta.ExtractList(list)
+		if len(items) != 1 {
+			t.Errorf("label selector v=a-b3: %d items; want 1", len(items))
+		}
+	}
+	if n := f.counted.lists.Load() - before; n != 0 {
+		t.Errorf("the cached store read etcd's ranges %d times; want 0 (every list from the cache)", n)
+	}
+}
+
+// TestListCacheIsLinearizable: a list that starts after a write was
+// acknowledged — by another replica, with etcd's revision moved on by other
+// resources too — reflects it, without reading the range from etcd.
+func TestListCacheIsLinearizable(t *testing.T) {
+	f := newCacheFixture(t)
+	f.put(t, "a", "x", "0")
+	f.warm(t)
+	before := f.counted.lists.Load()
+	ctx := context.Background()
+	for i := range 100 {
+		var rev int64
+		switch i % 4 {
+		case 0, 1:
+			rev = f.put(t, "a", "x", strconv.Itoa(i))
+		case 2:
+			// Another resource moves etcd's revision: only a progress
+			// report can tell the cache it is current.
+			resp, err := f.etcd.Client.Put(ctx, "/registry/secrets/a/s", strconv.Itoa(i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rev = resp.Header.Revision
+		case 3:
+			resp, err := f.etcd.Client.Delete(ctx, "/registry/configmaps/a/x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			rev = resp.Header.Revision
+		}
+		got, gotRV := jsonList(t, f.cached, "a")
+		want, _ := jsonList(t, f.direct, "a")
+		if got != want {
+			t.Fatalf("write %d (revision %d): cached list\n%s\nwant\n%s", i, rev, got, want)
+		}
+		if n, _ := strconv.ParseInt(gotRV, 10, 64); n < rev {
+			t.Fatalf("write %d at revision %d: the list's resourceVersion is %s, older than the write", i, rev, gotRV)
+		}
+	}
+	if n := f.counted.lists.Load() - before; n != 0 {
+		t.Errorf("the cached store read etcd's ranges %d times; want 0", n)
+	}
+}
+
+func TestListCacheStoppedReadsEtcd(t *testing.T) {
+	f := newCacheFixture(t)
+	f.put(t, "a", "x", "1")
+	f.warm(t)
+	f.cached.StopWatches()
+	f.put(t, "a", "y", "2")
+	before := f.counted.lists.Load()
+	got, _ := jsonList(t, f.cached, "a")
+	want, _ := jsonList(t, f.direct, "a")
+	if got != want {
+		t.Errorf("after stop: list\n%s\nwant\n%s", got, want)
+	}
+	if f.counted.lists.Load() == before {
+		t.Error("a stopped cache served a list; want it read from etcd")
+	}
+}
