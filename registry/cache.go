@@ -84,6 +84,7 @@ func (c *listCache) list(ctx context.Context, namespace string) (objects []etcds
 	timer := time.NewTimer(cacheWaitTimeout)
 	defer timer.Stop()
 	c.mu.Lock()
+	gen := c.gen
 	for c.rev < want {
 		if c.state != cacheReady {
 			c.mu.Unlock()
@@ -104,6 +105,9 @@ func (c *listCache) list(ctx context.Context, namespace string) (objects []etcds
 		select {
 		case <-advanced:
 		case <-timer.C:
+			// A watch that neither delivers nor reports progress is of no
+			// use: start over, so that later lists do not wait as well.
+			c.resetIf(gen)
 			return nil, 0, false, nil
 		case <-ctx.Done():
 			return nil, 0, false, ctx.Err()
