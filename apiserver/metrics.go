@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strconv"
@@ -37,6 +38,13 @@ type requestInfo struct {
 	// authentication filter has parsed and authenticated it (audit log).
 	attrs *Attributes
 	user  *UserInfo
+
+	// auditID names the request in every log line; log is the server's
+	// logger, and requestLog (made on first use) the one with the auditID.
+	auditID        string
+	log            *slog.Logger
+	requestLogOnce sync.Once
+	requestLog     *slog.Logger
 }
 
 // componentAPIServer is kube-apiserver's component label of API requests.

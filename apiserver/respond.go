@@ -76,11 +76,13 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	encode(w, r, info, int(st.Code), &st)
 }
 
-type loggerKey struct{}
-
+// logger is the request's logger: its lines carry the request's auditID.
+// It is made when first needed; most requests log only their final line.
 func logger(r *http.Request) *slog.Logger {
-	if l, ok := r.Context().Value(loggerKey{}).(*slog.Logger); ok {
-		return l
+	info, ok := r.Context().Value(requestInfoKey{}).(*requestInfo)
+	if !ok || info.log == nil {
+		return slog.Default()
 	}
-	return slog.Default()
+	info.requestLogOnce.Do(func() { info.requestLog = info.log.With("auditID", info.auditID) })
+	return info.requestLog
 }

@@ -98,14 +98,16 @@ func New(cfg Config) http.Handler {
 		})
 	})
 
+	// Resources first: gorilla/mux tries routes in order, and these are
+	// the busy ones. No other route overlaps them.
+	for _, store := range cfg.Stores {
+		installResource(router, store, m)
+	}
 	installDiscovery(router, cfg.Stores, reviewResources...)
 	installReviews(router, cfg.Authentication, cfg.Authorizer)
 	installOpenAPI(router, cfg.Stores)
 	if cfg.Profiling {
 		installProfiling(router)
-	}
-	for _, store := range cfg.Stores {
-		installResource(router, store, m)
 	}
 	limited := withLimits(router, cfg.MaxRequestsInFlight, cfg.MaxMutatingRequestsInFlight, cfg.Metrics)
 	api := withCORS(withAuth(limited, cfg.Authentication, cfg.Authorizer, servedResources(cfg.Stores)), cfg.CORSAllowedOrigins)
@@ -188,14 +190,12 @@ func withRequestContext(next http.Handler, log *slog.Logger, timeout time.Durati
 		start := time.Now()
 		auditID := uuid.NewString()
 		w.Header().Set("Audit-Id", auditID)
-		log := log.With("auditID", auditID)
-		info := &requestInfo{verb: r.Method, component: componentAPIServer}
+		info := &requestInfo{verb: r.Method, component: componentAPIServer, auditID: auditID, log: log}
 		ctx, cancel := r.Context(), context.CancelFunc(func() {})
 		if !isWatch(r) {
 			ctx, cancel = context.WithTimeout(ctx, timeout)
 		}
 		defer cancel()
-		ctx = context.WithValue(ctx, loggerKey{}, log)
 		ctx = context.WithValue(ctx, requestInfoKey{}, info)
 		r = r.WithContext(ctx)
 		setDeadlines(w, r)
@@ -214,8 +214,9 @@ func withRequestContext(next http.Handler, log *slog.Logger, timeout time.Durati
 			if info.probe {
 				level = slog.LevelDebug
 			}
-			log.Log(ctx, level, "request", "verb", r.Method, "path", r.URL.Path, "code", rec.code,
-				"latency", took.Round(time.Microsecond).String(), "userAgent", r.UserAgent())
+			log.LogAttrs(ctx, level, "request", slog.String("auditID", auditID), slog.String("verb", r.Method),
+				slog.String("path", r.URL.Path), slog.Int("code", rec.code),
+				slog.String("latency", took.Round(time.Microsecond).String()), slog.String("userAgent", r.UserAgent()))
 		}()
 		next.ServeHTTP(rec, r)
 	})
