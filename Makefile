@@ -16,7 +16,7 @@ test: deps
 # test runs as regular tests). A failing input is written there: keep it
 # with the fix. Longer hunts: make fuzz FUZZTIME=10m.
 FUZZTIME ?= 8s
-FUZZ_TARGETS = FuzzDecodeObject FuzzDecodeDeleteOptions FuzzParseListOptions FuzzParseTagList
+FUZZ_TARGETS = FuzzDecodeObject FuzzDecodeJSONMatchesSerializer FuzzDecodeDeleteOptions FuzzParseListOptions FuzzParseTagList
 fuzz:
 	@for target in $(FUZZ_TARGETS); do \
 	  echo "go test ./apiserver -run '^$$' -fuzz '^$$target\$$' -fuzztime $(FUZZTIME)"; \

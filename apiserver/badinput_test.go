@@ -246,6 +246,23 @@ func TestBadInputIsRefusedWithStatusAndNothingStored(t *testing.T) {
 			code: http.StatusBadRequest, reason: metav1.StatusReasonBadRequest,
 		},
 		{
+			name: "15a POST another version", method: http.MethodPost, path: ns,
+			body: `{"apiVersion":"v2","kind":"ConfigMap","metadata":{"name":"s"}}`,
+			code: http.StatusBadRequest, reason: metav1.StatusReasonBadRequest,
+			contains: []string{`ConfigMap in version "v2" cannot be handled as a ConfigMap`},
+		},
+		{
+			name: "15b POST an apiVersion that is not one", method: http.MethodPost, path: ns,
+			body: `{"apiVersion":"a/b/c","kind":"ConfigMap","metadata":{"name":"s"}}`,
+			code: http.StatusBadRequest, reason: metav1.StatusReasonBadRequest,
+			contains: []string{"a/b/c"},
+		},
+		{
+			name: "15c POST JSON null", method: http.MethodPost, path: ns,
+			body: `null`,
+			code: http.StatusUnprocessableEntity, reason: metav1.StatusReasonInvalid,
+		},
+		{
 			name: "16 POST text/plain", method: http.MethodPost, path: ns,
 			body: cm("plain", "", "", data), header: []string{"Content-Type", "text/plain"},
 			code: http.StatusUnsupportedMediaType, reason: metav1.StatusReasonUnsupportedMediaType,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -133,6 +134,48 @@ func FuzzDecodeObject(f *testing.F) {
 		info, _ := serializerFor(runtime.ContentTypeJSON)
 		if err := info.Serializer.Encode(got, &bytes.Buffer{}); err != nil {
 			t.Fatalf("encode the decoded ConfigMap: %v", err)
+		}
+	})
+}
+
+// FuzzDecodeJSONMatchesSerializer: what decodeCleanJSON, the one-pass
+// decode of clean JSON bodies, takes, apimachinery's JSON serializer (strict
+// or not) decodes to the same ConfigMap without any error.
+func FuzzDecodeJSONMatchesSerializer(f *testing.F) {
+	for _, seed := range []string{
+		`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x","labels":{"a":"b"}},"data":{"k":"v"},"binaryData":{"b":"AAE="}}`,
+		`{"metadata":{"name":"no-kind"},"data":{"a":"b"}}`,
+		`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"},"unknown":1,"data":{"a":"b","a":"c"}}`,
+		`{"apiVersion":"v1","kind":"Secret","metadata":{"name":"x"}}`,
+		`{"apiVersion":"v2","kind":"ConfigMap"}`,
+		`{"apiVersion":"a/b/c","kind":"ConfigMap"}`,
+		`{"apiVersion":"/v1","kind":"ConfigMap"}`,
+		`{"apiVersion":"","kind":""}`,
+		`{"kind":"ConfigMap","Kind":"Secret"}`,
+		`{"metadata":{"name":1e999}}`,
+		`{"metadata":{"Name":"case"}}`,
+		`null`, `[1,2,3]`, `"s"`, `{}`, `{"data":null}`, `{"metadata":{`,
+	} {
+		f.Add([]byte(seed), true)
+		f.Add([]byte(seed), false)
+	}
+	want := registry.ConfigMaps.GroupVersionKind()
+	info, _ := serializerFor(runtime.ContentTypeJSON)
+	f.Fuzz(func(t *testing.T, body []byte, strict bool) {
+		got, gotGVK, clean := decodeCleanJSON(body, want)
+		if !clean {
+			return // the serializer decodes it
+		}
+		s := info.Serializer
+		if strict {
+			s = info.StrictSerializer
+		}
+		obj, gvk, err := s.Decode(body, &want, nil)
+		if err != nil || *gvk != want || *gotGVK != want {
+			t.Fatalf("body %q (strict %v): decodeCleanJSON took it as %v; the serializer: %v, %v", body, strict, gotGVK, gvk, err)
+		}
+		if !apiequality.Semantic.DeepEqual(obj, got) {
+			t.Fatalf("body %q: decoded objects differ:\nserializer %#v\ndecodeCleanJSON %#v", body, obj, got)
 		}
 	})
 }

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	kjson "sigs.k8s.io/json"
 
 	"github.com/concord-dev/concord/registry"
 )
@@ -104,7 +105,13 @@ func decodeObject(w http.ResponseWriter, r *http.Request, want schema.GroupVersi
 	if len(body) == 0 {
 		return nil, apierrors.NewBadRequest("the request body is empty: send a " + want.Kind)
 	}
-	obj, got, err := s.Decode(body, &want, nil)
+	obj, got, clean := runtime.Object(nil), (*schema.GroupVersionKind)(nil), false
+	if info.MediaType == runtime.ContentTypeJSON {
+		obj, got, clean = decodeCleanJSON(body, want)
+	}
+	if !clean {
+		obj, got, err = s.Decode(body, &want, nil)
+	}
 	if err != nil && runtime.IsStrictDecodingError(err) {
 		if fieldValidation == metav1.FieldValidationStrict {
 			return nil, apierrors.NewBadRequest(err.Error())
@@ -125,6 +132,51 @@ func decodeObject(w http.ResponseWriter, r *http.Request, want schema.GroupVersi
 			got.Kind, got.GroupVersion(), want.Kind, want.Kind, want.GroupVersion()))
 	}
 	return obj, nil
+}
+
+// decodeCleanJSON is the JSON serializer's Decode for a clean body — no
+// unknown, duplicate or miscased fields, nothing malformed — in one pass:
+// the body is unmarshalled into want's type straight away and its kind and
+// apiVersion read from the result, where the serializer first parses the
+// whole body once more to find them. ok is false for any other body (and for
+// any error), which the serializer then decodes, with its own messages.
+func decodeCleanJSON(body []byte, want schema.GroupVersionKind) (_ runtime.Object, _ *schema.GroupVersionKind, ok bool) {
+	obj, err := registry.Scheme.New(want)
+	if err != nil {
+		return nil, nil, false
+	}
+	// Strict decoding finds what is not clean: an unknown field is also
+	// how a miscased "Kind" shows, which the serializer would read as the
+	// kind (encoding/json matches keys case-insensitively).
+	if strictErrs, err := kjson.UnmarshalStrict(body, obj); err != nil || len(strictErrs) > 0 {
+		return nil, nil, false
+	}
+	// The body's own apiVersion and kind (GroupVersionKind() would drop an
+	// apiVersion that does not parse).
+	typeMeta, isTyped := obj.GetObjectKind().(*metav1.TypeMeta)
+	if !isTyped {
+		return nil, nil, false
+	}
+	gv, err := schema.ParseGroupVersion(typeMeta.APIVersion)
+	if err != nil {
+		return nil, nil, false
+	}
+	// The serializer's defaults (gvkWithDefaults): what the body leaves
+	// out is want's.
+	got := gv.WithKind(typeMeta.Kind)
+	if got.Kind == "" {
+		got.Kind = want.Kind
+	}
+	if got.Version == "" && got.Group == "" {
+		got.Group, got.Version = want.Group, want.Version
+	}
+	if got.Version == "" && got.Group == want.Group {
+		got.Version = want.Version
+	}
+	if got != want {
+		return nil, nil, false
+	}
+	return obj, &got, true
 }
 
 // decodeDeleteOptions reads optional DeleteOptions from the body of a DELETE.
