@@ -53,12 +53,12 @@ func writeJSONList(w http.ResponseWriter, r *http.Request, list *registry.JSONLi
 	}
 }
 
-// writeJSON answers 200 with one object that is JSON already.
-func writeJSON(w http.ResponseWriter, r *http.Request, obj []byte) {
+// writeJSON answers code with one object that is JSON already.
+func writeJSON(w http.ResponseWriter, r *http.Request, code int, obj []byte) {
 	w.Header().Set("Content-Type", runtime.ContentTypeJSON)
 	w.Header().Set("Cache-Control", "no-cache, private")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(http.StatusOK)
+	w.WriteHeader(code)
 	if _, err := w.Write(append(obj, '\n')); err != nil {
 		logger(r).Warn("write response", "err", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -85,5 +86,47 @@ func TestGetJSONFastPathAnswersWhatDecodingAnswers(t *testing.T) {
 	a.Data = map[string]string{"after": "read"}
 	if got := s.put(t, a); got.Data["after"] != "read" || got.UID != c.UID {
 		t.Errorf("PUT after a JSON read: %+v", got)
+	}
+}
+
+// TestWriteJSONAnswersWhatDecodingAnswers: a JSON client's create, replace
+// and patch are answered with the bytes just stored (resourceVersion
+// inserted); the answer must equal the object read back through the
+// decoding path at the same resourceVersion.
+func TestWriteJSONAnswersWhatDecodingAnswers(t *testing.T) {
+	s := startServer(t)
+	for _, step := range []struct {
+		method, path, body string
+		header             []string
+		code               int
+	}{
+		{http.MethodPost, nsPath, `{"metadata":{"name":"flags","labels":{"a":"b"}},"data":{"quote":"\"metadata\":{"}}`, nil, http.StatusCreated},
+		{http.MethodPut, flagsPath, `{"metadata":{"name":"flags","resourceVersion":"RV"},"data":{"k":"v"}}`, nil, http.StatusOK},
+		{http.MethodPatch, flagsPath, `{"data":{"p":"q"}}`, []string{"Content-Type", "application/merge-patch+json"}, http.StatusOK},
+		{http.MethodPut, nsPath + "/fresh", `{"metadata":{"name":"fresh"},"data":{"k":"v"}}`, []string{"If-None-Match", "*"}, http.StatusCreated},
+	} {
+		var current corev1.ConfigMap
+		if got := s.do(t, http.MethodGet, flagsPath, nil); got.Code == http.StatusOK {
+			got.decode(t, &current)
+		}
+		body := strings.ReplaceAll(step.body, "RV", current.ResourceVersion)
+		fast := s.do(t, step.method, step.path, body, step.header...)
+		if fast.Code != step.code || fast.Header.Get("Content-Type") != "application/json" {
+			t.Fatalf("%s %s: %d %q %s; want %d, application/json", step.method, step.path, fast.Code, fast.Header.Get("Content-Type"), fast.Body, step.code)
+		}
+		var written, read corev1.ConfigMap
+		fast.decode(t, &written)
+		path := step.path
+		if step.method == http.MethodPost {
+			path += "/" + written.Name
+		}
+		slow := s.do(t, http.MethodGet, path+"?pretty=true", nil)
+		slow.decode(t, &read)
+		if diff := cmp.Diff(written, read); diff != "" {
+			t.Fatalf("%s %s: the answer differs from the object read back (-answer +read):\n%s", step.method, step.path, diff)
+		}
+		if written.ResourceVersion == "" || fast.Header.Get("ETag") != quoted(written.ResourceVersion) {
+			t.Fatalf("%s %s: resourceVersion %q, ETag %q", step.method, step.path, written.ResourceVersion, fast.Header.Get("ETag"))
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metainternalversionscheme "k8s.io/apimachinery/pkg/apis/meta/internalversion/scheme"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -87,7 +88,7 @@ func (h *resourceHandler) collection(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		w.Header().Set("ETag", etag(created.GetResourceVersion()))
-		writeObject(w, r, http.StatusCreated, created)
+		h.writeWritten(w, r, http.StatusCreated, created)
 	case http.MethodDelete:
 		if !slices.Contains(h.store.Resource.Verbs(), "deletecollection") {
 			h.methodNotAllowed(w, r, "deletecollection")
@@ -164,7 +165,7 @@ func (h *resourceHandler) item(w http.ResponseWriter, r *http.Request) {
 				w.WriteHeader(http.StatusNotModified)
 				return
 			}
-			writeJSON(w, r, raw)
+			writeJSON(w, r, http.StatusOK, raw)
 			return
 		}
 		obj, err := h.store.Get(r.Context(), namespace, name)
@@ -199,7 +200,7 @@ func (h *resourceHandler) item(w http.ResponseWriter, r *http.Request) {
 			code = http.StatusCreated
 		}
 		w.Header().Set("ETag", etag(updated.GetResourceVersion()))
-		writeObject(w, r, code, updated)
+		h.writeWritten(w, r, code, updated)
 	case http.MethodPatch:
 		h.patch(w, r, namespace, name)
 	case http.MethodDelete:
@@ -256,7 +257,20 @@ func (h *resourceHandler) patch(w http.ResponseWriter, r *http.Request, namespac
 		return
 	}
 	w.Header().Set("ETag", etag(patched.GetResourceVersion()))
-	writeObject(w, r, http.StatusOK, patched)
+	h.writeWritten(w, r, http.StatusOK, patched)
+}
+
+// writeWritten answers a write with the object written. A JSON client gets
+// the bytes just stored, with the resourceVersion inserted, rather than a
+// second encoding of the same object.
+func (h *resourceHandler) writeWritten(w http.ResponseWriter, r *http.Request, code int, obj registry.Object) {
+	if info, err := responseSerializer(r); err == nil && info.MediaType == runtime.ContentTypeJSON && !wantsPretty(r) {
+		if raw, ok := h.store.WrittenJSON(obj); ok {
+			writeJSON(w, r, code, raw)
+			return
+		}
+	}
+	writeObject(w, r, code, obj)
 }
 
 // legacyWatch serves /watch/ paths and ?watch on an object's path.

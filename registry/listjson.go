@@ -175,3 +175,28 @@ func (s *Store) GetJSON(ctx context.Context, namespace, name string) (obj []byte
 	s.recent.put(s.recentKey(namespace, name), stored, nil)
 	return out, formatRevision(stored.Revision), nil
 }
+
+// WrittenJSON is obj as JSON when it is the state this replica just wrote
+// (or last saw) of its key: the stored bytes with the resourceVersion
+// inserted, so that a write is answered without encoding the object again.
+// A key has one value per revision, so the remembered value at obj's
+// revision is obj. ok is false when that state is not remembered.
+func (s *Store) WrittenJSON(obj Object) (_ []byte, ok bool) {
+	rev, err := parseResourceVersion(obj.GetResourceVersion())
+	if err != nil || rev == 0 {
+		return nil, false
+	}
+	e, ok := s.recent.get(s.recentKey(obj.GetNamespace(), obj.GetName()))
+	if !ok || e.stored.Revision != rev {
+		return nil, false
+	}
+	plaintext, _, err := s.unseal(s.keyOf(obj.GetNamespace(), obj.GetName()), e.stored.Value)
+	if err != nil {
+		return nil, false
+	}
+	out, err := withResourceVersion(plaintext, rev)
+	if err != nil {
+		return nil, false
+	}
+	return out, true
+}
