@@ -33,14 +33,29 @@ type listCache struct {
 	// rev: the cache holds etcd's state at this revision.
 	rev int64
 	// objects by key relative to the resource's prefix (namespace/name).
-	objects map[string]etcdstore.Object
+	objects map[string]*cacheEntry
 	// sorted is objects in key order, shared read-only by lists; nil after
 	// a change (rebuilt by the next list).
-	sorted []etcdstore.Object
+	sorted []*cacheEntry
 	// advanced is closed (and replaced) whenever rev moves.
 	advanced chan struct{}
 	// askedAt is when progress was last asked of etcd.
 	askedAt time.Time
+}
+
+// cacheEntry is one object as stored, and its decoding once a list that
+// needs decoded objects (protobuf, selectors) asked for it. The decoded
+// object is shared by every such list: never mutate it.
+type cacheEntry struct {
+	stored  etcdstore.Object
+	once    sync.Once
+	decoded Object
+	err     error
+}
+
+func (e *cacheEntry) decode(s *Store) (Object, error) {
+	e.once.Do(func() { e.decoded, e.err = s.decode(s.Resource.Plural+"/"+e.stored.Key, e.stored) })
+	return e.decoded, e.err
 }
 
 type cacheState int
@@ -63,7 +78,7 @@ func newListCache(s *Store) *listCache {
 // list returns the objects of namespace (all when empty) in key order as of
 // a revision at least etcd's current one, and that revision. ok is false
 // when the cache cannot serve yet (the caller reads etcd).
-func (c *listCache) list(ctx context.Context, namespace string) (objects []etcdstore.Object, rev int64, ok bool, _ error) {
+func (c *listCache) list(ctx context.Context, namespace string) (objects []*cacheEntry, rev int64, ok bool, _ error) {
 	c.mu.Lock()
 	switch c.state {
 	case cacheIdle:
@@ -120,23 +135,23 @@ func (c *listCache) list(ctx context.Context, namespace string) (objects []etcds
 }
 
 // inNamespace is the run of sorted that belongs to namespace ("": all).
-func inNamespace(sorted []etcdstore.Object, namespace string) []etcdstore.Object {
+func inNamespace(sorted []*cacheEntry, namespace string) []*cacheEntry {
 	if namespace == "" {
 		return sorted
 	}
 	prefix := namespace + "/"
-	from := sort.Search(len(sorted), func(i int) bool { return sorted[i].Key >= prefix })
-	to := from + sort.Search(len(sorted)-from, func(i int) bool { return !strings.HasPrefix(sorted[from+i].Key, prefix) })
+	from := sort.Search(len(sorted), func(i int) bool { return sorted[i].stored.Key >= prefix })
+	to := from + sort.Search(len(sorted)-from, func(i int) bool { return !strings.HasPrefix(sorted[from+i].stored.Key, prefix) })
 	return sorted[from:to]
 }
 
-func (c *listCache) sortedLocked() []etcdstore.Object {
+func (c *listCache) sortedLocked() []*cacheEntry {
 	if c.sorted == nil {
-		c.sorted = make([]etcdstore.Object, 0, len(c.objects))
-		for _, o := range c.objects {
-			c.sorted = append(c.sorted, o)
+		c.sorted = make([]*cacheEntry, 0, len(c.objects))
+		for _, e := range c.objects {
+			c.sorted = append(c.sorted, e)
 		}
-		sort.Slice(c.sorted, func(i, j int) bool { return c.sorted[i].Key < c.sorted[j].Key })
+		sort.Slice(c.sorted, func(i, j int) bool { return c.sorted[i].stored.Key < c.sorted[j].stored.Key })
 	}
 	return c.sorted
 }
@@ -172,8 +187,8 @@ func (c *listCache) load(ctx context.Context, gen int) {
 }
 
 // readAll reads every object of the resource at one revision, in pages.
-func (c *listCache) readAll(ctx context.Context) (map[string]etcdstore.Object, int64, error) {
-	objects := map[string]etcdstore.Object{}
+func (c *listCache) readAll(ctx context.Context) (map[string]*cacheEntry, int64, error) {
+	objects := map[string]*cacheEntry{}
 	var rev int64
 	start := ""
 	for {
@@ -183,7 +198,7 @@ func (c *listCache) readAll(ctx context.Context) (map[string]etcdstore.Object, i
 		}
 		rev = res.Revision
 		for _, o := range res.Objects {
-			objects[o.Key] = o
+			objects[o.Key] = &cacheEntry{stored: o}
 		}
 		if res.Remaining == 0 || len(res.Objects) == 0 {
 			return objects, rev, nil
@@ -208,7 +223,7 @@ func (c *listCache) run(w *etcdstore.Watch, gen int) {
 			if ev.Value == nil {
 				delete(c.objects, ev.Key)
 			} else {
-				c.objects[ev.Key] = etcdstore.Object{Key: ev.Key, Value: ev.Value, Revision: ev.Revision}
+				c.objects[ev.Key] = &cacheEntry{stored: etcdstore.Object{Key: ev.Key, Value: ev.Value, Revision: ev.Revision}}
 			}
 			c.rev = ev.Revision
 		}

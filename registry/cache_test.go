@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -112,6 +113,23 @@ func TestListCacheServesWhatEtcdHolds(t *testing.T) {
 		want, wantRV := jsonList(t, f.direct, ns)
 		if got != want || gotRV != wantRV {
 			t.Errorf("namespace %q: cached list (rv %s)\n%s\nwant (rv %s, read from etcd)\n%s", ns, gotRV, got, wantRV, want)
+		}
+	}
+	// Decoded lists (protobuf, Table, selectors) decode each cached object
+	// once and share it; twice in a row they equal etcd's.
+	for range 2 {
+		for _, ns := range []string{"", "a", "a-b"} {
+			got, err := f.cached.List(context.Background(), ns, &metainternalversion.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := f.direct.List(context.Background(), ns, &metainternalversion.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !apiequality.Semantic.DeepEqual(got, want) {
+				t.Errorf("namespace %q: decoded list from the cache\n%v\nwant\n%v", ns, got, want)
+			}
 		}
 	}
 	// Selectors decode the cached objects.

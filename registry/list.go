@@ -94,8 +94,14 @@ func (s *Store) List(ctx context.Context, namespace string, opts *metainternalve
 		return nil, err
 	}
 	var items []runtime.Object
-	rev, token, remaining, err := s.listPages(ctx, namespace, opts, plan, func(key string, stored etcdstore.Object) (bool, error) {
-		obj, err := s.decode(key, stored)
+	rev, token, remaining, err := s.listPages(ctx, namespace, opts, plan, func(key string, stored etcdstore.Object, cached *cacheEntry) (bool, error) {
+		var obj Object
+		var err error
+		if cached != nil {
+			obj, err = cached.decode(s) // shared: the list only reads it
+		} else {
+			obj, err = s.decode(key, stored)
+		}
 		if err != nil {
 			return false, err
 		}
@@ -163,7 +169,7 @@ func planList(opts *metainternalversion.ListOptions) (listPlan, error) {
 // until opts.Limit objects were added (add reports whether it took one). It
 // returns the snapshot revision and, for a page that stops early, the
 // continue token and (without selectors) the count of objects left.
-func (s *Store) listPages(ctx context.Context, namespace string, opts *metainternalversion.ListOptions, plan listPlan, add func(key string, stored etcdstore.Object) (bool, error)) (rev int64, token string, remaining *int64, err error) {
+func (s *Store) listPages(ctx context.Context, namespace string, opts *metainternalversion.ListOptions, plan listPlan, add func(key string, stored etcdstore.Object, cached *cacheEntry) (bool, error)) (rev int64, token string, remaining *int64, err error) {
 	readRev, minRev, rv, start, everything := plan.readRev, plan.minRev, plan.rv, plan.start, plan.filter.everything()
 	if s.cache != nil && opts.Limit == 0 && readRev == 0 && minRev == 0 && start == "" {
 		objects, rev, ok, err := s.cache.list(ctx, namespace)
@@ -171,8 +177,8 @@ func (s *Store) listPages(ctx context.Context, namespace string, opts *metainter
 			return 0, "", nil, s.listError(ctx, err, opts, start, rv)
 		}
 		if ok {
-			for _, stored := range objects {
-				if _, err := add(s.Resource.Plural+"/"+stored.Key, stored); err != nil {
+			for _, e := range objects {
+				if _, err := add(s.Resource.Plural+"/"+e.stored.Key, e.stored, e); err != nil {
 					return 0, "", nil, err
 				}
 			}
@@ -194,7 +200,7 @@ func (s *Store) listPages(ctx context.Context, namespace string, opts *metainter
 			readRev = res.Revision // every further page reads the same snapshot
 		}
 		for i, stored := range res.Objects {
-			took, err := add(s.listedKey(namespace, stored), stored)
+			took, err := add(s.listedKey(namespace, stored), stored, nil)
 			if err != nil {
 				return 0, "", nil, err
 			}

@@ -86,7 +86,7 @@ func (s *Store) ListJSON(ctx context.Context, namespace string, opts *metaintern
 	if opts.Limit > 0 {
 		items = make([]JSONItem, 0, min(opts.Limit, 10000))
 	}
-	rev, token, remaining, err := s.listPages(ctx, namespace, opts, plan, func(key string, stored etcdstore.Object) (bool, error) {
+	rev, token, remaining, err := s.listPages(ctx, namespace, opts, plan, func(key string, stored etcdstore.Object, _ *cacheEntry) (bool, error) {
 		plaintext, _, err := s.unseal(key, stored.Value)
 		if err != nil {
 			return false, err
