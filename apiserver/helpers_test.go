@@ -64,6 +64,9 @@ type serverOptions struct {
 	// requestTimeout is --request-timeout (0: the default).
 	maxReadOnly, maxMutating int
 	requestTimeout           time.Duration
+	// storeOpts configure the stores (registry.WithoutListCache for a
+	// test that injects faults into storage.Get).
+	storeOpts []registry.StoreOption
 }
 
 // startServerWithOptions starts a server as run does: etcd health check,
@@ -90,7 +93,7 @@ func startServerWithOptions(t testing.TB, opts serverOptions) *testServer {
 		t.Fatalf("store metrics: %v", err)
 	}
 	store := etcdstore.NewWithOptions(e.Client, "/registry", etcdstore.Options{RequestTimeout: opts.etcdRequestTimeout, Metrics: storeMetrics})
-	stores := registry.NewStores(opts.wrap(store), opts.watch)
+	stores := registry.NewStores(opts.wrap(store), opts.watch, opts.storeOpts...)
 	handler := apiserver.New(apiserver.Config{
 		Stores:             stores,
 		Logger:             slog.New(slog.NewJSONHandler(opts.logOut, &slog.HandlerOptions{Level: slog.LevelDebug})),

@@ -125,6 +125,8 @@ func TestMaxInFlight(t *testing.T) {
 		wrap:        func(st *etcdstore.Store) registry.Storage { gate.Store = st; return gate },
 		maxReadOnly: 2,
 		maxMutating: 1,
+		// Gets must reach the gate, not the cache.
+		storeOpts: []registry.StoreOption{registry.WithoutListCache()},
 	})
 	// A namespace named "watch" must not make its requests watches, which
 	// the limits do not count.
@@ -365,6 +367,8 @@ func TestClientGoBacksOffOn429(t *testing.T) {
 		wrap:        func(st *etcdstore.Store) registry.Storage { return slowStorage{st, 100 * time.Millisecond} },
 		maxReadOnly: 2,
 		maxMutating: 2,
+		// Gets must be slow, so read from the slow storage, not the cache.
+		storeOpts: []registry.StoreOption{registry.WithoutListCache()},
 	})
 	counter := &tooMany{}
 	client, err := kubernetes.NewForConfig(&rest.Config{

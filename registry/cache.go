@@ -79,31 +79,63 @@ func newListCache(s *Store) *listCache {
 // a revision at least etcd's current one, and that revision. ok is false
 // when the cache cannot serve yet (the caller reads etcd).
 func (c *listCache) list(ctx context.Context, namespace string) (objects []*cacheEntry, rev int64, ok bool, _ error) {
+	if ok, err := c.await(ctx); !ok || err != nil {
+		return nil, 0, false, err
+	}
+	all, rev := c.sortedLocked(), c.rev
+	c.mu.Unlock()
+	return inNamespace(all, namespace), rev, true, nil
+}
+
+// get returns the object at key (namespace/name; nil when there is none)
+// as of a revision at least etcd's current one. ok is false when the cache
+// cannot serve yet (the caller reads etcd).
+func (c *listCache) get(ctx context.Context, key string) (_ *cacheEntry, ok bool, _ error) {
+	if ok, err := c.await(ctx); !ok || err != nil {
+		return nil, false, err
+	}
+	e := c.objects[key]
+	c.mu.Unlock()
+	return e, true, nil
+}
+
+// await waits until the cache holds etcd's state as of a revision read
+// after await was called, and returns with c.mu held (ok true). ok is
+// false, and c.mu not held, when the cache cannot serve: not started (this
+// starts it), loading, broken, or not caught up within cacheWaitTimeout.
+func (c *listCache) await(ctx context.Context) (ok bool, _ error) {
 	c.mu.Lock()
 	switch c.state {
 	case cacheIdle:
 		c.startLocked()
 		c.mu.Unlock()
-		return nil, 0, false, nil
+		return false, nil
 	case cacheLoading, cacheStopped:
 		c.mu.Unlock()
-		return nil, 0, false, nil
+		return false, nil
 	}
 	c.mu.Unlock()
 
-	want, err := c.store.storage.CurrentRevision(ctx)
+	want, err := c.store.revisions.read(ctx)
 	if err != nil {
-		return nil, 0, false, err
+		return false, err
 	}
 	wantAt := time.Now()
-	timer := time.NewTimer(cacheWaitTimeout)
-	defer timer.Stop()
+	var timer *time.Timer // made when the cache has to be waited for
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	c.mu.Lock()
 	gen := c.gen
 	for c.rev < want {
 		if c.state != cacheReady {
 			c.mu.Unlock()
-			return nil, 0, false, nil
+			return false, nil
+		}
+		if timer == nil {
+			timer = time.NewTimer(cacheWaitTimeout)
 		}
 		// A progress report answers for every revision current when it was
 		// asked for: ask again only if the last request predates want.
@@ -114,24 +146,26 @@ func (c *listCache) list(ctx context.Context, namespace string) (objects []*cach
 		advanced := c.advanced
 		c.mu.Unlock()
 		if ask != nil {
-			// A failed request makes this list wait for the timeout.
+			// A failed request makes this read wait for the timeout.
 			_ = ask.RequestProgress()
 		}
 		select {
 		case <-advanced:
 		case <-timer.C:
 			// A watch that neither delivers nor reports progress is of no
-			// use: start over, so that later lists do not wait as well.
+			// use: start over, so that later reads do not wait as well.
 			c.resetIf(gen)
-			return nil, 0, false, nil
+			return false, nil
 		case <-ctx.Done():
-			return nil, 0, false, ctx.Err()
+			return false, ctx.Err()
 		}
 		c.mu.Lock()
 	}
-	all, rev := c.sortedLocked(), c.rev
-	c.mu.Unlock()
-	return inNamespace(all, namespace), rev, true, nil
+	if c.state != cacheReady {
+		c.mu.Unlock()
+		return false, nil
+	}
+	return true, nil
 }
 
 // inNamespace is the run of sorted that belongs to namespace ("": all).

@@ -149,7 +149,7 @@ func TestListCacheServesWhatEtcdHolds(t *testing.T) {
 	}
 }
 
-// TestListCacheIsLinearizable: a list that starts after a write was
+// TestListCacheIsLinearizable: a list or get that starts after a write was
 // acknowledged — by another replica, with etcd's revision moved on by other
 // resources too — reflects it, without reading the range from etcd.
 func TestListCacheIsLinearizable(t *testing.T) {
@@ -183,6 +183,17 @@ func TestListCacheIsLinearizable(t *testing.T) {
 		if got != want {
 			t.Fatalf("write %d (revision %d): cached list\n%s\nwant\n%s", i, rev, got, want)
 		}
+		// A get from the cache, as JSON and decoded, answers what etcd holds.
+		gotJSON, _, gotErr := f.cached.GetJSON(ctx, "a", "x")
+		wantJSON, _, wantErr := f.direct.GetJSON(ctx, "a", "x")
+		if string(gotJSON) != string(wantJSON) || fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
+			t.Fatalf("write %d (revision %d): cached get %s, %v; want %s, %v", i, rev, gotJSON, gotErr, wantJSON, wantErr)
+		}
+		gotObj, gotErr := f.cached.Get(ctx, "a", "x")
+		wantObj, wantErr := f.direct.Get(ctx, "a", "x")
+		if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) || (gotErr == nil && !apiequality.Semantic.DeepEqual(gotObj, wantObj)) {
+			t.Fatalf("write %d (revision %d): cached decoded get %v, %v; want %v, %v", i, rev, gotObj, gotErr, wantObj, wantErr)
+		}
 		if n, _ := strconv.ParseInt(gotRV, 10, 64); n < rev {
 			t.Fatalf("write %d at revision %d: the list's resourceVersion is %s, older than the write", i, rev, gotRV)
 		}
@@ -206,5 +217,71 @@ func TestListCacheStoppedReadsEtcd(t *testing.T) {
 	}
 	if f.counted.lists.Load() == before {
 		t.Error("a stopped cache served a list; want it read from etcd")
+	}
+}
+
+// TestRevisionReaderSharesRequests: concurrent readers each get a revision
+// no older than the last write acknowledged before they asked, while one
+// etcd request serves many of them.
+func TestRevisionReaderSharesRequests(t *testing.T) {
+	e := etcdtest.Start(t)
+	storage := etcdstore.New(e.Client, "/registry")
+	var requests atomic.Int64
+	r := newRevisionReader(func(ctx context.Context) (int64, error) {
+		requests.Add(1)
+		return storage.CurrentRevision(ctx)
+	})
+	ctx := context.Background()
+	var acked atomic.Int64 // the newest acknowledged write's revision
+	stop := make(chan struct{})
+	writerDone := make(chan error, 1)
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				writerDone <- nil
+				return
+			default:
+			}
+			resp, err := e.Client.Put(ctx, "/registry/configmaps/a/w", strconv.Itoa(i))
+			if err != nil {
+				writerDone <- err
+				return
+			}
+			acked.Store(resp.Header.Revision)
+		}
+	}()
+	const readers, reads = 16, 100
+	errs := make(chan error, readers)
+	for range readers {
+		go func() {
+			for range reads {
+				before := acked.Load()
+				rev, err := r.read(ctx)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if rev < before {
+					errs <- fmt.Errorf("read %d; a write was acknowledged at %d before the read began", rev, before)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range readers {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	close(stop)
+	if err := <-writerDone; err != nil {
+		t.Fatal(err)
+	}
+	if n := requests.Load(); n >= readers*reads {
+		t.Errorf("%d etcd requests for %d reads; want them shared", n, readers*reads)
+	} else {
+		t.Logf("%d etcd requests for %d reads", n, readers*reads)
 	}
 }

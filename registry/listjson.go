@@ -159,9 +159,9 @@ func metadataStart(b []byte) int {
 // GetJSON is Get for a client that takes JSON: the stored object with its
 // resourceVersion inserted, never decoded (a linearizable read, as Get).
 func (s *Store) GetJSON(ctx context.Context, namespace, name string) (obj []byte, resourceVersion string, _ error) {
-	stored, err := s.storage.Get(ctx, s.ref(namespace, name), 0)
+	stored, _, err := s.read(ctx, namespace, name)
 	if err != nil {
-		return nil, "", toStatus(err, s.Resource.GroupResource(), name)
+		return nil, "", err
 	}
 	plaintext, _, err := s.unseal(s.keyOf(namespace, name), stored.Value)
 	if err != nil {

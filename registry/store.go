@@ -47,8 +47,11 @@ type Store struct {
 	Resource *Resource
 	storage  Storage
 	watch    *broadcaster
-	// cache serves full lists from memory; nil without one (see cache.go).
-	cache *listCache
+	// cache serves full lists and gets from memory; nil without one (see
+	// cache.go). revisions reads etcd's revision for them, one request for
+	// many (revision.go); NewStores shares one among its stores.
+	cache     *listCache
+	revisions *revisionReader
 	// transformer encrypts and decrypts the stored values (see
 	// WithEncryption); identity unless configured.
 	transformer encryption.Transformer
@@ -66,6 +69,7 @@ type Store struct {
 func NewStore(storage Storage, res *Resource, cfg WatchConfig, opts ...StoreOption) *Store {
 	s := &Store{Resource: res, storage: storage, recent: newRecent(), transformer: encryption.Identity()}
 	s.cache = newListCache(s)
+	s.revisions = newRevisionReader(storage.CurrentRevision)
 	for _, o := range opts {
 		o(s)
 	}
@@ -77,8 +81,11 @@ func NewStore(storage Storage, res *Resource, cfg WatchConfig, opts ...StoreOpti
 func NewStores(storage Storage, cfg WatchConfig, opts ...StoreOption) []*Store {
 	stores := make([]*Store, 0, len(Resources))
 	var namespaces *Store
+	// etcd has one revision for all keys: one reader serves every store.
+	revisions := newRevisionReader(storage.CurrentRevision)
 	for _, res := range Resources {
 		s := NewStore(storage, res, cfg, opts...)
+		s.revisions = revisions
 		stores = append(stores, s)
 		if res.IsNamespace {
 			namespaces = s
@@ -100,11 +107,21 @@ func (s *Store) ref(namespace, name string) etcdstore.Ref {
 	return etcdstore.Ref{Resource: s.Resource.Plural, Namespace: namespace, Name: name}
 }
 
-// Get reads one object with a linearizable read.
+// Get reads one object with a linearizable read: from the cache when it
+// serves (cache.go), else from etcd.
 func (s *Store) Get(ctx context.Context, namespace, name string) (Object, error) {
-	stored, err := s.storage.Get(ctx, s.ref(namespace, name), 0)
+	stored, cached, err := s.read(ctx, namespace, name)
 	if err != nil {
-		return nil, toStatus(err, s.Resource.GroupResource(), name)
+		return nil, err
+	}
+	if cached != nil {
+		shared, err := cached.decode(s)
+		if err != nil {
+			return nil, err
+		}
+		// Clients read, edit and write back: remember what they read.
+		s.recent.put(s.recentKey(namespace, name), stored, shared)
+		return copyObject(shared), nil
 	}
 	obj, err := s.decode(s.keyOf(namespace, name), stored)
 	if err != nil {
@@ -113,6 +130,32 @@ func (s *Store) Get(ctx context.Context, namespace, name string) (Object, error)
 	// Clients read, edit and write back: remember what they read.
 	s.recent.put(s.recentKey(namespace, name), stored, copyObject(obj))
 	return obj, nil
+}
+
+// read returns the current stored state of one object, linearizably: from
+// the cache (cached is then its entry) when it serves, else from etcd.
+func (s *Store) read(ctx context.Context, namespace, name string) (stored etcdstore.Object, cached *cacheEntry, _ error) {
+	if s.cache != nil {
+		key := name // the key relative to the resource's prefix
+		if ref := s.ref(namespace, name); ref.Namespace != "" {
+			key = ref.Namespace + "/" + name
+		}
+		e, ok, err := s.cache.get(ctx, key)
+		if err != nil {
+			return etcdstore.Object{}, nil, toStatus(err, s.Resource.GroupResource(), name)
+		}
+		if ok && e == nil {
+			return etcdstore.Object{}, nil, apierrors.NewNotFound(s.Resource.GroupResource(), name)
+		}
+		if ok {
+			return e.stored, e, nil
+		}
+	}
+	stored, err := s.storage.Get(ctx, s.ref(namespace, name), 0)
+	if err != nil {
+		return etcdstore.Object{}, nil, toStatus(err, s.Resource.GroupResource(), name)
+	}
+	return stored, nil, nil
 }
 
 // Count returns how many objects of this resource etcd holds, in all
