@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -40,7 +41,7 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if r.ContentLength > MaxRequestBodyBytes {
 		return nil, tooLarge
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBodyBytes))
+	body, err := readAll(http.MaxBytesReader(w, r.Body, MaxRequestBodyBytes), r.ContentLength)
 	var maxErr *http.MaxBytesError
 	if errors.As(err, &maxErr) {
 		return nil, tooLarge
@@ -65,6 +66,19 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 		_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 	}
 	return body, nil
+}
+
+// readAll is io.ReadAll into a buffer of the announced length, so that a
+// body of known length is read into one allocation instead of a series of
+// growing ones.
+func readAll(body io.Reader, contentLength int64) ([]byte, error) {
+	if contentLength <= 0 {
+		return io.ReadAll(body)
+	}
+	// One byte more, so that reading to EOF needs no growth.
+	buf := bytes.NewBuffer(make([]byte, 0, contentLength+1))
+	_, err := buf.ReadFrom(body)
+	return buf.Bytes(), err
 }
 
 // requestSerializer picks the decoder for the request's Content-Type; an

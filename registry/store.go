@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -591,12 +592,18 @@ func (s *Store) serialize(obj Object) ([]byte, error) {
 	rv := obj.GetResourceVersion()
 	obj.SetResourceVersion("")
 	defer obj.SetResourceVersion(rv)
-	var buf bytes.Buffer
-	if err := storageCodec.Encode(obj, &buf); err != nil {
+	buf := serializeBuffers.Get().(*bytes.Buffer)
+	defer serializeBuffers.Put(buf)
+	buf.Reset()
+	if err := storageCodec.Encode(obj, buf); err != nil {
 		return nil, fmt.Errorf("encode %s %s: %w", s.Resource.Kind, obj.GetName(), err)
 	}
-	return buf.Bytes(), nil
+	return bytes.Clone(buf.Bytes()), nil
 }
+
+// serializeBuffers are the encoding buffers of serialize: one exact copy per
+// value instead of a buffer grown from nothing each time.
+var serializeBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // decode reads the object stored at key (its storageKey): decrypted
 // (unseal), then deserialized.
