@@ -37,6 +37,11 @@ type requestInfo struct {
 	// authentication filter has parsed and authenticated it (audit log).
 	attrs *Attributes
 	user  *UserInfo
+	// detached, set by a handler, is the rest of the request, run after
+	// the handler returned, on a connection it took over from net/http (a
+	// watch that keeps no net/http goroutine or buffers). The request is
+	// logged, counted and audited once it returns.
+	detached func()
 }
 
 // componentAPIServer is kube-apiserver's component label of API requests.

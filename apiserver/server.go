@@ -9,7 +9,9 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
+	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -69,8 +71,34 @@ type Config struct {
 	Profiling bool
 }
 
+// Handler is the HTTP handler of the API.
+type Handler struct {
+	http.Handler
+	// watches counts the watches being served, also those that outlived
+	// their handler (on a connection taken over from net/http).
+	watches *sync.WaitGroup
+}
+
+// WaitWatches waits, until ctx ends, for every watch to end.
+// http.Server.Shutdown does not wait for a watch that took its connection
+// over from net/http; call this after it (watches end at shutdown:
+// Store.StopWatches).
+func (h *Handler) WaitWatches(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		h.watches.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("watches still running: %w", ctx.Err())
+	}
+}
+
 // New returns the HTTP handler of the API.
-func New(cfg Config) http.Handler {
+func New(cfg Config) *Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -111,11 +139,12 @@ func New(cfg Config) http.Handler {
 	api := withCORS(withAuth(limited, cfg.Authentication, cfg.Authorizer, servedResources(cfg.Stores)), cfg.CORSAllowedOrigins)
 	probes := probeHandler(healthEndpoints(cfg.StorageCheck, cfg.ShutdownInitiated),
 		promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
-	return withRequestContext(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	watches := &sync.WaitGroup{}
+	return &Handler{Handler: withRequestContext(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !probes(w, r) {
 			api.ServeHTTP(w, r)
 		}
-	}), cfg.Logger, cfg.RequestTimeout, m, newAuditLog(cfg.AuditLog))
+	}), cfg.Logger, cfg.RequestTimeout, m, newAuditLog(cfg.AuditLog), watches), watches: watches}
 }
 
 // probeHandler serves the health endpoints and /metrics, before and apart
@@ -182,8 +211,10 @@ func installResource(router *mux.Router, store *registry.Store, m *metrics) {
 // response header, as kube-apiserver's, and "auditID" on every log line of
 // the request), a deadline, a logger and a requestInfo; it logs one line per
 // request, records its metrics and its audit line (audit may be nil), and
-// turns a panic into a 500 Status.
-func withRequestContext(next http.Handler, log *slog.Logger, timeout time.Duration, m *metrics, audit *auditLog) http.Handler {
+// turns a panic into a 500 Status. A watch is counted in watches until it
+// ends, also when it outlives its handler (requestInfo.detached): it is
+// then finished when it ends.
+func withRequestContext(next http.Handler, log *slog.Logger, timeout time.Duration, m *metrics, audit *auditLog, watches *sync.WaitGroup) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		auditID := uuid.NewString()
@@ -191,7 +222,14 @@ func withRequestContext(next http.Handler, log *slog.Logger, timeout time.Durati
 		log := log.With("auditID", auditID)
 		info := &requestInfo{verb: r.Method, component: componentAPIServer}
 		ctx, cancel := r.Context(), context.CancelFunc(func() {})
-		if !isWatch(r) {
+		ended := func() {}
+		if isWatch(r) {
+			// Counted before its handler can take the connection over, so
+			// that no watch slips between http.Server.Shutdown and
+			// WaitDetached.
+			watches.Add(1)
+			ended = watches.Done
+		} else {
 			ctx, cancel = context.WithTimeout(ctx, timeout)
 		}
 		defer cancel()
@@ -203,22 +241,49 @@ func withRequestContext(next http.Handler, log *slog.Logger, timeout time.Durati
 		defer func() {
 			if p := recover(); p != nil {
 				if p == http.ErrAbortHandler {
+					ended()
 					panic(p)
 				}
 				writeError(rec, r, fmt.Errorf("panic: %v", p))
 			}
-			took := time.Since(start)
-			m.recordRequest(r, info, rec.code, took)
-			audit.record(r, auditID, info, rec.code, start, took)
-			level := slog.LevelInfo
-			if info.probe {
-				level = slog.LevelDebug
+			// finish must not hold rec: it would keep net/http's buffers of
+			// a detached request alive.
+			code := rec.code
+			finish := func() {
+				took := time.Since(start)
+				m.recordRequest(r, info, code, took)
+				audit.record(r, auditID, info, code, start, took)
+				level := slog.LevelInfo
+				if info.probe {
+					level = slog.LevelDebug
+				}
+				log.Log(ctx, level, "request", "verb", r.Method, "path", r.URL.Path, "code", code,
+					"latency", took.Round(time.Microsecond).String(), "userAgent", r.UserAgent())
 			}
-			log.Log(ctx, level, "request", "verb", r.Method, "path", r.URL.Path, "code", rec.code,
-				"latency", took.Round(time.Microsecond).String(), "userAgent", r.UserAgent())
+			if info.detached != nil {
+				go serveDetached(log, info.detached, finish, ended)
+				return
+			}
+			finish()
+			ended()
 		}()
 		next.ServeHTTP(rec, r)
 	})
+}
+
+// serveDetached runs the rest of a request whose handler returned (a watch
+// on a connection taken over from net/http), then finish and ended.
+// Without net/http around it, it recovers its own panics: the stream is
+// then cut off, as net/http cuts off a handler that panics.
+func serveDetached(log *slog.Logger, run, finish, ended func()) {
+	defer ended()
+	defer finish()
+	defer func() {
+		if p := recover(); p != nil && p != http.ErrAbortHandler {
+			log.Error("panic serving a detached request", "panic", p, "stack", string(debug.Stack()))
+		}
+	}()
+	run()
 }
 
 type statusRecorder struct {
@@ -233,8 +298,3 @@ func (s *statusRecorder) WriteHeader(code int) {
 
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
-
-// contextWithTimeout bounds a request by d from now.
-func contextWithTimeout(r *http.Request, d time.Duration) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(r.Context(), d)
-}
