@@ -246,10 +246,11 @@ func withRequestContext(next http.Handler, log *slog.Logger, timeout time.Durati
 				}
 				writeError(rec, r, fmt.Errorf("panic: %v", p))
 			}
-			// finish must not hold rec: it would keep net/http's buffers of
-			// a detached request alive.
+			// finish must not hold rec, r or ctx: they would keep net/http's
+			// buffers, the request's headers and context of a detached
+			// request alive.
 			code := rec.code
-			finish := func() {
+			finish := func(r *http.Request) {
 				took := time.Since(start)
 				m.recordRequest(r, info, code, took)
 				audit.record(r, auditID, info, code, start, took)
@@ -257,18 +258,30 @@ func withRequestContext(next http.Handler, log *slog.Logger, timeout time.Durati
 				if info.probe {
 					level = slog.LevelDebug
 				}
-				log.Log(ctx, level, "request", "verb", r.Method, "path", r.URL.Path, "code", code,
+				log.Log(r.Context(), level, "request", "verb", r.Method, "path", r.URL.Path, "code", code,
 					"latency", took.Round(time.Microsecond).String(), "userAgent", r.UserAgent())
 			}
 			if info.detached != nil {
-				go serveDetached(log, info.detached, finish, ended)
+				later := finishingRequest(r, log)
+				go serveDetached(log, info.detached, func() { finish(later) }, ended)
 				return
 			}
-			finish()
+			finish(r)
 			ended()
 		}()
 		next.ServeHTTP(rec, r)
 	})
+}
+
+// finishingRequest is what finishing r (its log line, metrics and audit)
+// reads of it, and no more: a request that outlives its handler then does
+// not keep its headers and context.
+func finishingRequest(r *http.Request, log *slog.Logger) *http.Request {
+	later := &http.Request{Method: r.Method, URL: r.URL, Proto: r.Proto, RemoteAddr: r.RemoteAddr, Header: http.Header{}}
+	if ua := r.Header.Values("User-Agent"); len(ua) > 0 {
+		later.Header["User-Agent"] = ua
+	}
+	return later.WithContext(context.WithValue(context.Background(), loggerKey{}, log))
 }
 
 // serveDetached runs the rest of a request whose handler returned (a watch

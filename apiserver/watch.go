@@ -74,7 +74,9 @@ func (h *resourceHandler) serveWatch(w http.ResponseWriter, r *http.Request, nam
 	}
 	// The watch's context follows the request's until the watch takes over
 	// the connection (net/http then ends the request's), and its own after.
-	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+	// It has none of the request's values: nothing below reads them, and a
+	// detached watch would keep them alive.
+	ctx, cancel := context.WithCancel(context.Background())
 	unfollow := context.AfterFunc(r.Context(), cancel)
 	handedOff := false
 	defer func() {
