@@ -3,6 +3,7 @@ package apiserver
 import (
 	"context"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -129,11 +130,11 @@ var knownVerbs = map[string]bool{
 }
 
 // recordRequest records a finished request.
-func (m *metrics) recordRequest(r *http.Request, info *requestInfo, code int, took time.Duration) {
+func (m *metrics) recordRequest(r requestSummary, info *requestInfo, code int, took time.Duration) {
 	if !knownVerbs[info.verb] {
 		info.verb = "other"
 	}
-	dryRun := dryRunLabel(r)
+	dryRun := dryRunLabel(r.url)
 	m.requests.WithLabelValues(info.verb, dryRun, info.group, info.version, info.resource, info.subresource, info.scope, info.component, strconv.Itoa(code)).Inc()
 	m.duration.WithLabelValues(info.verb, dryRun, info.group, info.version, info.resource, info.subresource, info.scope, info.component).Observe(took.Seconds())
 	if (code == http.StatusConflict && info.reason == metav1.StatusReasonConflict) || code == http.StatusPreconditionFailed {
@@ -155,11 +156,11 @@ func (m *metrics) watchEvent(res *registry.Resource) {
 
 // dryRunLabel is kube-apiserver's dry_run label: "" without dryRun, "All",
 // or "invalid".
-func dryRunLabel(r *http.Request) string {
-	if !strings.Contains(r.URL.RawQuery, "dryRun") {
+func dryRunLabel(u *url.URL) string {
+	if !strings.Contains(u.RawQuery, "dryRun") {
 		return ""
 	}
-	values := r.URL.Query()["dryRun"]
+	values := u.Query()["dryRun"]
 	if len(values) == 0 {
 		return ""
 	}

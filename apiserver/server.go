@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"regexp"
 	"runtime/debug"
 	"strings"
@@ -226,7 +227,7 @@ func withRequestContext(next http.Handler, log *slog.Logger, timeout time.Durati
 		if isWatch(r) {
 			// Counted before its handler can take the connection over, so
 			// that no watch slips between http.Server.Shutdown and
-			// WaitDetached.
+			// WaitWatches.
 			watches.Add(1)
 			ended = watches.Done
 		} else {
@@ -249,39 +250,39 @@ func withRequestContext(next http.Handler, log *slog.Logger, timeout time.Durati
 			// finish must not hold rec, r or ctx: they would keep net/http's
 			// buffers, the request's headers and context of a detached
 			// request alive.
-			code := rec.code
-			finish := func(r *http.Request) {
+			code, req := rec.code, summarize(r)
+			finish := func(ctx context.Context) {
 				took := time.Since(start)
-				m.recordRequest(r, info, code, took)
-				audit.record(r, auditID, info, code, start, took)
+				m.recordRequest(req, info, code, took)
+				audit.record(log, req, auditID, info, code, start, took)
 				level := slog.LevelInfo
 				if info.probe {
 					level = slog.LevelDebug
 				}
-				log.Log(r.Context(), level, "request", "verb", r.Method, "path", r.URL.Path, "code", code,
-					"latency", took.Round(time.Microsecond).String(), "userAgent", r.UserAgent())
+				log.Log(ctx, level, "request", "verb", req.method, "path", req.url.Path, "code", code,
+					"latency", took.Round(time.Microsecond).String(), "userAgent", req.userAgent)
 			}
 			if info.detached != nil {
-				later := finishingRequest(r, log)
-				go serveDetached(log, info.detached, func() { finish(later) }, ended)
+				go serveDetached(log, info.detached, func() { finish(context.Background()) }, ended)
 				return
 			}
-			finish(r)
+			finish(ctx)
 			ended()
 		}()
 		next.ServeHTTP(rec, r)
 	})
 }
 
-// finishingRequest is what finishing r (its log line, metrics and audit)
-// reads of it, and no more: a request that outlives its handler then does
-// not keep its headers and context.
-func finishingRequest(r *http.Request, log *slog.Logger) *http.Request {
-	later := &http.Request{Method: r.Method, URL: r.URL, Proto: r.Proto, RemoteAddr: r.RemoteAddr, Header: http.Header{}}
-	if ua := r.Header.Values("User-Agent"); len(ua) > 0 {
-		later.Header["User-Agent"] = ua
-	}
-	return later.WithContext(context.WithValue(context.Background(), loggerKey{}, log))
+// requestSummary is what the log line, the metrics and the audit line of
+// a finished request read of it, and no more: a request that outlives its
+// handler keeps this, not its headers and context.
+type requestSummary struct {
+	method, remoteAddr, userAgent string
+	url                           *url.URL
+}
+
+func summarize(r *http.Request) requestSummary {
+	return requestSummary{method: r.Method, remoteAddr: r.RemoteAddr, userAgent: r.UserAgent(), url: r.URL}
 }
 
 // serveDetached runs the rest of a request whose handler returned (a watch

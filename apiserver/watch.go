@@ -124,7 +124,7 @@ func (h *resourceHandler) serveWatch(w http.ResponseWriter, r *http.Request, nam
 		logger(r).Debug("watch: keeps its connection in net/http", "err", err)
 	}
 	ws.setOutput(w, flusher.Flush)
-	ws.run(ctx)
+	ws.run(ctx, cancel)
 }
 
 // watchStream is one watch being sent: what it needs once its handler may
@@ -154,11 +154,12 @@ func (ws *watchStream) setOutput(out io.Writer, flush func() error) {
 }
 
 // run sends the watch's events until it ends (see registry.Watch.Run) or
-// its timeout.
-func (ws *watchStream) run(ctx context.Context) {
+// its timeout, which calls cancel, ctx's: a child context with the timeout
+// would cost a timer context and a map of children in ctx, per watcher.
+func (ws *watchStream) run(ctx context.Context, cancel context.CancelFunc) {
 	defer ws.h.metrics.watchStarted(ws.req)()
-	ctx, cancel := context.WithTimeout(ctx, ws.timeout)
-	defer cancel()
+	timeout := time.AfterFunc(ws.timeout, cancel)
+	defer timeout.Stop()
 	if err := ws.stream.Run(ctx, ws.send); err != nil {
 		ws.log.Debug("watch ended", "err", err)
 	}

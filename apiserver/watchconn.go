@@ -47,7 +47,7 @@ func (ws *watchStream) runDetached(ctx context.Context, cancel context.CancelFun
 	body := &chunkedBody{conn: conn}
 	go cancelOnHangUp(conn, cancel)
 	ws.setOutput(body, body.Flush)
-	ws.run(ctx)
+	ws.run(ctx, cancel)
 	body.end()
 }
 
