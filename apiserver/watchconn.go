@@ -13,8 +13,8 @@ import (
 // goroutine (whose stack has grown with every call the request made), its
 // read goroutine, its 4 KiB read and write buffers and the response's own
 // buffer would otherwise stay for the whole watch. What remains is one
-// goroutine sending the events, one noticing the client hang up, and the
-// connection. HTTP/2 streams share their connection and cannot be taken
+// goroutine sending the events and the connection; the client hanging up
+// is noticed by watchHangUp. HTTP/2 streams share their connection and cannot be taken
 // over; they are served as before.
 
 // detachable reports whether the watch of r can take over its connection:
@@ -45,9 +45,10 @@ func detachable(w http.ResponseWriter, r *http.Request) bool {
 func (ws *watchStream) runDetached(ctx context.Context, cancel context.CancelFunc, conn net.Conn) {
 	defer cancel()
 	body := &chunkedBody{conn: conn}
-	go cancelOnHangUp(conn, cancel)
+	stop := watchHangUp(conn, cancel)
 	ws.setOutput(body, body.Flush)
 	ws.run(ctx, cancel)
+	stop()
 	body.end()
 }
 
