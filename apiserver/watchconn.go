@@ -46,10 +46,18 @@ func (ws *watchStream) runDetached(ctx context.Context, cancel context.CancelFun
 	defer cancel()
 	body := &chunkedBody{conn: conn}
 	stop := watchHangUp(conn, cancel)
+	defer func() {
+		stop()
+		if p := recover(); p != nil {
+			// Cut off, not ended: the client must not take a half-sent
+			// event for the end of the stream (net/http does the same).
+			_ = conn.Close()
+			panic(p)
+		}
+		body.end()
+	}()
 	ws.setOutput(body, body.Flush)
 	ws.run(ctx, cancel)
-	stop()
-	body.end()
 }
 
 // cancelOnHangUp calls cancel when conn's read side fails: the client hung
