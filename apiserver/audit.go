@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"net"
-	"net/http"
 	"sync"
 	"time"
 )
@@ -55,7 +54,7 @@ func newAuditLog(w io.Writer) *auditLog {
 }
 
 // record writes the line of a finished request; a nil log does nothing.
-func (l *auditLog) record(r *http.Request, auditID string, info *requestInfo, code int, start time.Time, took time.Duration) {
+func (l *auditLog) record(r requestSummary, auditID string, info *requestInfo, code int, start time.Time, took time.Duration) {
 	if l == nil || info.probe {
 		return
 	}
@@ -63,9 +62,9 @@ func (l *auditLog) record(r *http.Request, auditID string, info *requestInfo, co
 		Time:     start.UTC(),
 		AuditID:  auditID,
 		Groups:   []string{},
-		SourceIP: remoteIP(r),
-		Verb:     r.Method,
-		URI:      r.URL.RequestURI(),
+		SourceIP: remoteIP(r.remoteAddr),
+		Verb:     r.method,
+		URI:      r.url.RequestURI(),
 		Code:     code,
 		Latency:  took.Round(time.Microsecond).String(),
 	}
@@ -83,28 +82,28 @@ func (l *auditLog) record(r *http.Request, auditID string, info *requestInfo, co
 	enc := json.NewEncoder(&line) // one line, with its newline
 	enc.SetEscapeHTML(false)      // keep & in URIs readable
 	if err := enc.Encode(ev); err != nil {
-		logger(r).Error("audit: encode event", "err", err)
+		info.logger().Error("audit: encode event", "err", err)
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if _, err := l.w.Write(line.Bytes()); err != nil {
 		if !l.failed {
-			logger(r).Error("audit: cannot write the audit log; requests are still served, unaudited, until it can", "err", err)
+			info.logger().Error("audit: cannot write the audit log; requests are still served, unaudited, until it can", "err", err)
 		}
 		l.failed = true
 		return
 	}
 	if l.failed {
-		logger(r).Info("audit: writing the audit log again")
+		info.logger().Info("audit: writing the audit log again")
 	}
 	l.failed = false
 }
 
-func remoteIP(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
+func remoteIP(remoteAddr string) string {
+	host, _, err := net.SplitHostPort(remoteAddr)
 	if err != nil {
-		return r.RemoteAddr
+		return remoteAddr
 	}
 	return host
 }

@@ -25,9 +25,10 @@ import (
 // testServer is Concord's handler on a real loopback HTTP server over a
 // real embedded etcd.
 type testServer struct {
-	URL    string
-	Etcd   *etcdtest.Etcd
-	Stores []*registry.Store
+	URL     string
+	Etcd    *etcdtest.Etcd
+	Stores  []*registry.Store
+	Handler *apiserver.Handler
 }
 
 func startServer(t testing.TB) *testServer {
@@ -118,7 +119,7 @@ func startServerWithOptions(t testing.TB, opts serverOptions) *testServer {
 		}
 		srv.Close()
 	})
-	return &testServer{URL: srv.URL, Etcd: e, Stores: stores}
+	return &testServer{URL: srv.URL, Etcd: e, Stores: stores, Handler: handler}
 }
 
 // namespace creates namespaces, so objects can be created in them.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,6 +46,21 @@ type requestInfo struct {
 	log            *slog.Logger
 	requestLogOnce sync.Once
 	requestLog     *slog.Logger
+	// detached, set by a handler, is the rest of the request, run after
+	// the handler returned, on a connection it took over from net/http (a
+	// watch that keeps no net/http goroutine or buffers). The request is
+	// logged, counted and audited once it returns.
+	detached func()
+}
+
+// logger is the request's logger, made on first use: its lines carry the
+// request's auditID.
+func (info *requestInfo) logger() *slog.Logger {
+	if info.log == nil {
+		return slog.Default()
+	}
+	info.requestLogOnce.Do(func() { info.requestLog = info.log.With("auditID", info.auditID) })
+	return info.requestLog
 }
 
 // componentAPIServer is kube-apiserver's component label of API requests.
@@ -132,11 +148,11 @@ var knownVerbs = map[string]bool{
 }
 
 // recordRequest records a finished request.
-func (m *metrics) recordRequest(r *http.Request, info *requestInfo, code int, took time.Duration) {
+func (m *metrics) recordRequest(r requestSummary, info *requestInfo, code int, took time.Duration) {
 	if !knownVerbs[info.verb] {
 		info.verb = "other"
 	}
-	dryRun := dryRunLabel(r)
+	dryRun := dryRunLabel(r.url)
 	m.requests.WithLabelValues(info.verb, dryRun, info.group, info.version, info.resource, info.subresource, info.scope, info.component, strconv.Itoa(code)).Inc()
 	m.duration.WithLabelValues(info.verb, dryRun, info.group, info.version, info.resource, info.subresource, info.scope, info.component).Observe(took.Seconds())
 	if (code == http.StatusConflict && info.reason == metav1.StatusReasonConflict) || code == http.StatusPreconditionFailed {
@@ -158,11 +174,11 @@ func (m *metrics) watchEvent(res *registry.Resource) {
 
 // dryRunLabel is kube-apiserver's dry_run label: "" without dryRun, "All",
 // or "invalid".
-func dryRunLabel(r *http.Request) string {
-	if !strings.Contains(r.URL.RawQuery, "dryRun") {
+func dryRunLabel(u *url.URL) string {
+	if !strings.Contains(u.RawQuery, "dryRun") {
 		return ""
 	}
-	values := r.URL.Query()["dryRun"]
+	values := u.Query()["dryRun"]
 	if len(values) == 0 {
 		return ""
 	}

@@ -79,10 +79,8 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 // logger is the request's logger: its lines carry the request's auditID.
 // It is made when first needed; most requests log only their final line.
 func logger(r *http.Request) *slog.Logger {
-	info, ok := r.Context().Value(requestInfoKey{}).(*requestInfo)
-	if !ok || info.log == nil {
-		return slog.Default()
+	if info, ok := r.Context().Value(requestInfoKey{}).(*requestInfo); ok {
+		return info.logger()
 	}
-	info.requestLogOnce.Do(func() { info.requestLog = info.log.With("auditID", info.auditID) })
-	return info.requestLog
+	return slog.Default()
 }

@@ -8,8 +8,11 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"regexp"
+	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -69,8 +72,34 @@ type Config struct {
 	Profiling bool
 }
 
+// Handler is the HTTP handler of the API.
+type Handler struct {
+	http.Handler
+	// watches counts the watches being served, also those that outlived
+	// their handler (on a connection taken over from net/http).
+	watches *sync.WaitGroup
+}
+
+// WaitWatches waits, until ctx ends, for every watch to end.
+// http.Server.Shutdown does not wait for a watch that took its connection
+// over from net/http; call this after it (watches end at shutdown:
+// Store.StopWatches).
+func (h *Handler) WaitWatches(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		h.watches.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("watches still running: %w", ctx.Err())
+	}
+}
+
 // New returns the HTTP handler of the API.
-func New(cfg Config) http.Handler {
+func New(cfg Config) *Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -113,11 +142,12 @@ func New(cfg Config) http.Handler {
 	api := withCORS(withAuth(limited, cfg.Authentication, cfg.Authorizer, servedResources(cfg.Stores)), cfg.CORSAllowedOrigins)
 	probes := probeHandler(healthEndpoints(cfg.StorageCheck, cfg.ShutdownInitiated),
 		promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
-	return withRequestContext(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	watches := &sync.WaitGroup{}
+	return &Handler{Handler: withRequestContext(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !probes(w, r) {
 			api.ServeHTTP(w, r)
 		}
-	}), cfg.Logger, cfg.RequestTimeout, m, newAuditLog(cfg.AuditLog))
+	}), cfg.Logger, cfg.RequestTimeout, m, newAuditLog(cfg.AuditLog), watches), watches: watches}
 }
 
 // probeHandler serves the health endpoints and /metrics, before and apart
@@ -184,15 +214,24 @@ func installResource(router *mux.Router, store *registry.Store, m *metrics) {
 // response header, as kube-apiserver's, and "auditID" on every log line of
 // the request), a deadline, a logger and a requestInfo; it logs one line per
 // request, records its metrics and its audit line (audit may be nil), and
-// turns a panic into a 500 Status.
-func withRequestContext(next http.Handler, log *slog.Logger, timeout time.Duration, m *metrics, audit *auditLog) http.Handler {
+// turns a panic into a 500 Status. A watch is counted in watches until it
+// ends, also when it outlives its handler (requestInfo.detached): it is
+// then finished when it ends.
+func withRequestContext(next http.Handler, log *slog.Logger, timeout time.Duration, m *metrics, audit *auditLog, watches *sync.WaitGroup) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		auditID := uuid.NewString()
 		w.Header().Set("Audit-Id", auditID)
 		info := &requestInfo{verb: r.Method, component: componentAPIServer, auditID: auditID, log: log}
 		ctx, cancel := r.Context(), context.CancelFunc(func() {})
-		if !isWatch(r) {
+		ended := func() {}
+		if isWatch(r) {
+			// Counted before its handler can take the connection over, so
+			// that no watch slips between http.Server.Shutdown and
+			// WaitWatches.
+			watches.Add(1)
+			ended = watches.Done
+		} else {
 			ctx, cancel = context.WithTimeout(ctx, timeout)
 		}
 		defer cancel()
@@ -203,23 +242,63 @@ func withRequestContext(next http.Handler, log *slog.Logger, timeout time.Durati
 		defer func() {
 			if p := recover(); p != nil {
 				if p == http.ErrAbortHandler {
+					ended()
 					panic(p)
 				}
 				writeError(rec, r, fmt.Errorf("panic: %v", p))
 			}
-			took := time.Since(start)
-			m.recordRequest(r, info, rec.code, took)
-			audit.record(r, auditID, info, rec.code, start, took)
-			level := slog.LevelInfo
-			if info.probe {
-				level = slog.LevelDebug
+			// finish must not hold rec, r or ctx: they would keep net/http's
+			// buffers, the request's headers and context of a detached
+			// request alive.
+			code, req := rec.code, summarize(r)
+			finish := func(ctx context.Context) {
+				took := time.Since(start)
+				m.recordRequest(req, info, code, took)
+				audit.record(req, auditID, info, code, start, took)
+				level := slog.LevelInfo
+				if info.probe {
+					level = slog.LevelDebug
+				}
+				log.LogAttrs(ctx, level, "request", slog.String("auditID", auditID), slog.String("verb", req.method),
+					slog.String("path", req.url.Path), slog.Int("code", code),
+					slog.String("latency", took.Round(time.Microsecond).String()), slog.String("userAgent", req.userAgent))
 			}
-			log.LogAttrs(ctx, level, "request", slog.String("auditID", auditID), slog.String("verb", r.Method),
-				slog.String("path", r.URL.Path), slog.Int("code", rec.code),
-				slog.String("latency", took.Round(time.Microsecond).String()), slog.String("userAgent", r.UserAgent()))
+			if info.detached != nil {
+				go serveDetached(info, info.detached, func() { finish(context.Background()) }, ended)
+				return
+			}
+			finish(ctx)
+			ended()
 		}()
 		next.ServeHTTP(rec, r)
 	})
+}
+
+// requestSummary is what the log line, the metrics and the audit line of
+// a finished request read of it, and no more: a request that outlives its
+// handler keeps this, not its headers and context.
+type requestSummary struct {
+	method, remoteAddr, userAgent string
+	url                           *url.URL
+}
+
+func summarize(r *http.Request) requestSummary {
+	return requestSummary{method: r.Method, remoteAddr: r.RemoteAddr, userAgent: r.UserAgent(), url: r.URL}
+}
+
+// serveDetached runs the rest of a request whose handler returned (a watch
+// on a connection taken over from net/http), then finish and ended.
+// Without net/http around it, it recovers its own panics: the stream is
+// then cut off, as net/http cuts off a handler that panics.
+func serveDetached(info *requestInfo, run, finish, ended func()) {
+	defer ended()
+	defer finish()
+	defer func() {
+		if p := recover(); p != nil && p != http.ErrAbortHandler {
+			info.logger().Error("panic serving a detached request", "panic", p, "stack", string(debug.Stack()))
+		}
+	}()
+	run()
 }
 
 type statusRecorder struct {
@@ -234,8 +313,3 @@ func (s *statusRecorder) WriteHeader(code int) {
 
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
-
-// contextWithTimeout bounds a request by d from now.
-func contextWithTimeout(r *http.Request, d time.Duration) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(r.Context(), d)
-}

@@ -2,8 +2,10 @@ package apiserver
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -70,13 +72,30 @@ func (h *resourceHandler) serveWatch(w http.ResponseWriter, r *http.Request, nam
 	if opts.TimeoutSeconds != nil {
 		timeout = time.Duration(*opts.TimeoutSeconds) * time.Second
 	}
-	stream, err := h.store.Watch(r.Context(), namespace, opts)
+	// The watch's context follows the request's until the watch takes over
+	// the connection (net/http then ends the request's), and its own after.
+	// It has none of the request's values: nothing below reads them, and a
+	// detached watch would keep them alive.
+	ctx, cancel := context.WithCancel(context.Background())
+	unfollow := context.AfterFunc(r.Context(), cancel)
+	handedOff := false
+	defer func() {
+		if !handedOff {
+			unfollow()
+			cancel()
+		}
+	}()
+	stream, err := h.store.Watch(ctx, namespace, opts)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	defer h.metrics.watchStarted(infoOf(r))()
 
+	detach := detachable(w, r)
+	if detach {
+		// The connection ends with the watch: net/http no longer has it.
+		w.Header().Set("Connection", "close")
+	}
 	mediaType := info.MediaType
 	if mediaType != runtime.ContentTypeJSON {
 		mediaType += ";stream=watch"
@@ -90,60 +109,107 @@ func (h *resourceHandler) serveWatch(w http.ResponseWriter, r *http.Request, nam
 		return
 	}
 
-	encoder := streaming.NewEncoder(info.StreamSerializer.Framer.NewFrameWriter(w), info.StreamSerializer.Serializer)
+	ws := &watchStream{
+		h: h, stream: stream, info: info, req: infoOf(r), log: logger(r), timeout: timeout,
+		asTable: wantsTable(r), includeObject: r.URL.Query().Get("includeObject"), headers: true,
+	}
+	if detach {
+		conn, _, err := flusher.Hijack()
+		if err == nil {
+			unfollow()
+			handedOff = true
+			infoOf(r).detached = func() { ws.runDetached(ctx, cancel, conn) }
+			return
+		}
+		logger(r).Debug("watch: keeps its connection in net/http", "err", err)
+	}
+	ws.setOutput(w, flusher.Flush)
+	ws.run(ctx, cancel)
+}
+
+// watchStream is one watch being sent: what it needs once its handler may
+// have returned (no request, no ResponseWriter).
+type watchStream struct {
+	h       *resourceHandler
+	stream  *registry.Watch
+	info    runtime.SerializerInfo
+	req     *requestInfo
+	log     *slog.Logger
+	timeout time.Duration
 	// kubectl get -w asks for Tables: each change is then a one-row Table,
-	// with the column definitions in the first one only, as kube-apiserver.
-	asTable, includeObject, headers := wantsTable(r), r.URL.Query().Get("includeObject"), true
-	encodeObject := func(obj runtime.Object) func() ([]byte, error) {
-		return func() ([]byte, error) {
-			var buf bytes.Buffer
-			if err := info.Serializer.Encode(obj, &buf); err != nil {
-				return nil, fmt.Errorf("encode watch event: %w", err)
-			}
-			return bytes.TrimRight(buf.Bytes(), "\n"), nil
-		}
+	// with the column definitions in the first one only (headers), as
+	// kube-apiserver.
+	asTable       bool
+	includeObject string
+	headers       bool
+
+	out     io.Writer
+	flush   func() error
+	encoder streaming.Encoder
+}
+
+func (ws *watchStream) setOutput(out io.Writer, flush func() error) {
+	ws.out, ws.flush = out, flush
+	ws.encoder = streaming.NewEncoder(ws.info.StreamSerializer.Framer.NewFrameWriter(out), ws.info.StreamSerializer.Serializer)
+}
+
+// run sends the watch's events until it ends (see registry.Watch.Run) or
+// its timeout, which calls cancel, ctx's: a child context with the timeout
+// would cost a timer context and a map of children in ctx, per watcher.
+func (ws *watchStream) run(ctx context.Context, cancel context.CancelFunc) {
+	defer ws.h.metrics.watchStarted(ws.req)()
+	timeout := time.AfterFunc(ws.timeout, cancel)
+	defer timeout.Stop()
+	if err := ws.stream.Run(ctx, ws.send); err != nil {
+		ws.log.Debug("watch ended", "err", err)
 	}
-	send := func(ev watch.Event, encodings *registry.Encodings) error {
-		obj := ev.Object
-		if st, ok := obj.(*metav1.Status); ok {
-			st.Kind, st.APIVersion = "Status", "v1"
-		}
-		if asTable && (ev.Type == watch.Added || ev.Type == watch.Modified || ev.Type == watch.Deleted) {
-			table, err := toTable(h.store.Resource, obj, includeObject)
-			if err != nil {
-				return err
-			}
-			table.Kind, table.APIVersion = "Table", metav1.SchemeGroupVersion.String()
-			if !headers {
-				table.ColumnDefinitions = nil
-			}
-			headers = false
-			obj, encodings = table, nil
-		}
-		// A fan-out event is encoded once per format and shared by every
-		// watcher of this replica.
-		raw, err := encodings.Get(info.MediaType, encodeObject(obj))
+}
+
+func (ws *watchStream) send(ev watch.Event, encodings *registry.Encodings) error {
+	obj := ev.Object
+	if st, ok := obj.(*metav1.Status); ok {
+		st.Kind, st.APIVersion = "Status", "v1"
+	}
+	if ws.asTable && (ev.Type == watch.Added || ev.Type == watch.Modified || ev.Type == watch.Deleted) {
+		table, err := toTable(ws.h.store.Resource, obj, ws.includeObject)
 		if err != nil {
 			return err
 		}
-		if info.MediaType == runtime.ContentTypeJSON {
-			// The frame is written as it is: the object's JSON is already
-			// valid, and json.Encoder would validate and compact it again
-			// for every watcher.
-			err = writeJSONEvent(w, ev.Type, raw)
-		} else {
-			err = encoder.Encode(&metav1.WatchEvent{Type: string(ev.Type), Object: runtime.RawExtension{Raw: raw}})
+		table.Kind, table.APIVersion = "Table", metav1.SchemeGroupVersion.String()
+		if !ws.headers {
+			table.ColumnDefinitions = nil
 		}
-		if err != nil {
-			return err
-		}
-		h.metrics.watchEvent(h.store.Resource)
-		return flusher.Flush()
+		ws.headers = false
+		obj, encodings = table, nil
 	}
-	ctx, cancel := contextWithTimeout(r, timeout)
-	defer cancel()
-	if err := stream.Run(ctx, send); err != nil {
-		logger(r).Debug("watch ended", "err", err)
+	// A fan-out event is encoded once per format and shared by every
+	// watcher of this replica.
+	raw, err := encodings.Get(ws.info.MediaType, ws.encodeObject(obj))
+	if err != nil {
+		return err
+	}
+	if ws.info.MediaType == runtime.ContentTypeJSON {
+		// The frame is written as it is: the object's JSON is already
+		// valid, and json.Encoder would validate and compact it again
+		// for every watcher.
+		err = writeJSONEvent(ws.out, ev.Type, raw)
+	} else {
+		err = ws.encoder.Encode(&metav1.WatchEvent{Type: string(ev.Type), Object: runtime.RawExtension{Raw: raw}})
+	}
+	if err != nil {
+		return err
+	}
+	ws.h.metrics.watchEvent(ws.h.store.Resource)
+	return ws.flush()
+}
+
+func (ws *watchStream) encodeObject(obj runtime.Object) func() ([]byte, error) {
+	return func() ([]byte, error) {
+		var buf bytes.Buffer
+		if err := ws.info.Serializer.Encode(obj, &buf); err != nil {
+			return nil, fmt.Errorf("encode watch event: %w", err)
+		}
+		return bytes.TrimRight(buf.Bytes(), "\n"), nil
 	}
 }
 

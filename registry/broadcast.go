@@ -49,12 +49,86 @@ type event struct {
 	objEncodings, prevEncodings Encodings
 }
 
-// subscription is one watcher's queue in the fan-out. Only the broadcaster
-// closes ch, under its lock, when it drops the subscription.
+// subscription is one watcher's queue in the fan-out. The queue grows as
+// events wait and is let go of once drained: most watchers wait with
+// nothing queued, and a queue made at its full size up front would cost
+// each of them BufferSize pointers. Only the broadcaster closes a
+// subscription, under its lock, when it drops it.
 type subscription struct {
-	ch chan *event
+	// ready holds a value while events wait or once the subscription is
+	// closed.
+	ready chan struct{}
 	// from is the revision the subscriber had seen everything up to.
 	from int64
+	// limit is how many events may wait.
+	limit int
+
+	mu sync.Mutex
+	// queue holds the waiting events from head on.
+	queue  []*event
+	head   int
+	closed bool
+}
+
+// idleQueueCap is the largest queue a drained subscription keeps for reuse.
+const idleQueueCap = 8
+
+func newSubscription(from int64, limit int) *subscription {
+	return &subscription{ready: make(chan struct{}, 1), from: from, limit: limit}
+}
+
+// push queues e, or reports false when limit events wait already.
+func (s *subscription) push(e *event) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.queue)-s.head >= s.limit {
+		return false
+	}
+	if s.head > 0 && len(s.queue) == cap(s.queue) {
+		// Reuse the room of the events taken, instead of growing.
+		n := copy(s.queue, s.queue[s.head:])
+		clear(s.queue[n:])
+		s.queue, s.head = s.queue[:n], 0
+	}
+	s.queue = append(s.queue, e)
+	s.signal()
+	return true
+}
+
+// close marks the end of the events: the subscriber takes those waiting,
+// then stops.
+func (s *subscription) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	s.signal()
+}
+
+func (s *subscription) signal() {
+	select {
+	case s.ready <- struct{}{}:
+	default: // a signal is pending already
+	}
+}
+
+// next takes the oldest waiting event; ok is false when none waits, and
+// closed then says that none will.
+func (s *subscription) next() (e *event, ok, closed bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.head == len(s.queue) {
+		return nil, false, s.closed
+	}
+	e = s.queue[s.head]
+	s.queue[s.head] = nil
+	s.head++
+	if s.head == len(s.queue) {
+		s.queue, s.head = s.queue[:0], 0
+		if cap(s.queue) > idleQueueCap {
+			s.queue = nil // let a burst's queue go
+		}
+	}
+	return e, true, false
 }
 
 // broadcaster fans one etcd watch of a resource out to every watcher of that
@@ -209,14 +283,12 @@ func (b *broadcaster) dispatch(e *event) {
 		if e.rev <= sub.from && !e.progress {
 			continue // the subscriber had this already
 		}
-		select {
-		case sub.ch <- e:
-		default:
+		if !sub.push(e) {
 			if e.progress {
 				continue // a progress report is optional
 			}
 			delete(b.subs, sub)
-			close(sub.ch)
+			sub.close()
 		}
 	}
 }
@@ -279,7 +351,7 @@ func (b *broadcaster) resetLocked() {
 	b.running, b.history = false, nil
 	for sub := range b.subs {
 		delete(b.subs, sub)
-		close(sub.ch)
+		sub.close()
 	}
 }
 
@@ -300,7 +372,7 @@ func (b *broadcaster) subscribe(from int64) (backlog []*event, sub *subscription
 	}
 	i := sort.Search(len(b.history), func(i int) bool { return b.history[i].rev > from })
 	backlog = append([]*event(nil), b.history[i:]...)
-	sub = &subscription{ch: make(chan *event, b.cfg.BufferSize), from: from}
+	sub = newSubscription(from, b.cfg.BufferSize)
 	b.subs[sub] = struct{}{}
 	return backlog, sub, true
 }

@@ -142,14 +142,30 @@ func (w *Watch) Run(ctx context.Context, send SendFunc) error {
 			return nil
 		case <-w.store.watch.stopped:
 			return nil
-		case e, ok := <-w.sub.ch:
-			if !ok {
+		case <-w.sub.ready:
+		}
+		for ctx.Err() == nil && !w.stopped() {
+			e, ok, closed := w.sub.next()
+			if closed {
 				return nil
+			}
+			if !ok {
+				break
 			}
 			if err := w.deliver(e, send); err != nil {
 				return err
 			}
 		}
+	}
+}
+
+// stopped reports whether the server stopped watches.
+func (w *Watch) stopped() bool {
+	select {
+	case <-w.store.watch.stopped:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -228,6 +228,11 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		return fmt.Errorf("shutdown: in-flight requests did not finish within %s: %w", cfg.ShutdownTimeout, err)
 	}
+	// Watches that took their connection over from net/http are not
+	// among the requests Shutdown waits for.
+	if err := handler.WaitWatches(shutdownCtx); err != nil {
+		return fmt.Errorf("shutdown: watches did not end within %s: %w", cfg.ShutdownTimeout, err)
+	}
 	log.Info("stopped")
 	return nil
 }
