@@ -683,3 +683,49 @@ func (ca *testCA) issue(t *testing.T, cn string, orgs []string, usage x509.ExtKe
 	}
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
+
+// TestHTTP2WatchRunsToItsEnd: an HTTP/2 watch (its stream cannot be taken
+// over) runs on its handler's goroutine after the filters returned: it
+// still gets its events, ends with timeoutSeconds, and its audit line is
+// written when it ended, with the watch's whole duration.
+func TestHTTP2WatchRunsToItsEnd(t *testing.T) {
+	s := startAuthServer(t, false)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/api/v1/namespaces/team/configmaps?watch=true&timeoutSeconds=2", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer alice-token")
+	start := time.Now()
+	resp, err := s.client(nil).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.ProtoMajor != 2 {
+		t.Fatalf("watch: %d over %s; want 200 over HTTP/2", resp.StatusCode, resp.Proto)
+	}
+	if created := s.do(t, "alice-token", http.MethodPost, "/api/v1/namespaces/team/configmaps", `{"metadata":{"name":"h2"}}`); created.Code != http.StatusCreated {
+		t.Fatalf("create: %d %s", created.Code, created.Body)
+	}
+	body, err := io.ReadAll(resp.Body) // to the end of the watch
+	took := time.Since(start)
+	if err != nil || !strings.Contains(string(body), `"ADDED"`) || !strings.Contains(string(body), `"h2"`) {
+		t.Fatalf("watch body %q, %v; want the ADDED event of h2, then a clean end", body, err)
+	}
+	if took < 2*time.Second || took > 20*time.Second {
+		t.Errorf("the watch ended after %v; want its timeoutSeconds, 2s", took)
+	}
+	id := resp.Header.Get("Audit-Id")
+	var line auditLine
+	for _, raw := range strings.Split(strings.TrimSpace(s.audit.String()), "\n") {
+		if err := json.Unmarshal([]byte(raw), &line); err == nil && line.AuditID == id {
+			break
+		}
+		line = auditLine{}
+	}
+	if d, err := time.ParseDuration(line.Latency); err != nil || d < 2*time.Second || line.Code != http.StatusOK {
+		t.Errorf("the watch's audit line: code %d, latency %q; want 200 and the watch's 2s", line.Code, line.Latency)
+	}
+}

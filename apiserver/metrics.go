@@ -51,6 +51,11 @@ type requestInfo struct {
 	// watch that keeps no net/http goroutine or buffers). The request is
 	// logged, counted and audited once it returns.
 	detached func()
+	// unwound, set by a handler, is the rest of the request, run on the
+	// handler's goroutine once the filters and routing have returned (an
+	// HTTP/2 watch: its goroutine then waits with a shallow stack, which
+	// the runtime shrinks).
+	unwound func()
 }
 
 // logger is the request's logger, made on first use: its lines carry the

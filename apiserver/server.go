@@ -271,6 +271,10 @@ func withRequestContext(next http.Handler, log *slog.Logger, timeout time.Durati
 			ended()
 		}()
 		next.ServeHTTP(rec, r)
+		if run := info.unwound; run != nil {
+			info.unwound = nil
+			run()
+		}
 	})
 }
 

@@ -124,7 +124,12 @@ func (h *resourceHandler) serveWatch(w http.ResponseWriter, r *http.Request, nam
 		logger(r).Debug("watch: keeps its connection in net/http", "err", err)
 	}
 	ws.setOutput(w, flusher.Flush)
-	ws.run(ctx, cancel)
+	handedOff = true
+	infoOf(r).unwound = func() {
+		defer cancel()
+		defer unfollow()
+		ws.run(ctx, cancel)
+	}
 }
 
 // watchStream is one watch being sent: what it needs once its handler may
