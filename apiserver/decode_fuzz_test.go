@@ -293,7 +293,7 @@ func FuzzParseListOptions(f *testing.F) {
 		if isWatch(r) != opts.Watch {
 			t.Fatalf("query %q: isWatch = %v, but the handler reads watch = %v", query, isWatch(r), opts.Watch)
 		}
-		store := registry.NewStore(listRecorder{t: t}, registry.ConfigMaps, registry.DefaultWatchConfig(), registry.WithoutListCache())
+		store := registry.NewStore(listRecorder{t: t}, registry.ConfigMaps, registry.DefaultWatchConfig(), registry.WithoutReadCache())
 		if _, err := store.List(context.Background(), "default", opts); err != nil {
 			if apierrors.IsTimeout(err) && strings.Contains(err.Error(), "Too large resource version") {
 				return

@@ -65,7 +65,7 @@ type serverOptions struct {
 	// requestTimeout is --request-timeout (0: the default).
 	maxReadOnly, maxMutating int
 	requestTimeout           time.Duration
-	// storeOpts configure the stores (registry.WithoutListCache for a
+	// storeOpts configure the stores (registry.WithoutReadCache for a
 	// test that injects faults into storage.Get).
 	storeOpts []registry.StoreOption
 }

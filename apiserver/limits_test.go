@@ -126,7 +126,7 @@ func TestMaxInFlight(t *testing.T) {
 		maxReadOnly: 2,
 		maxMutating: 1,
 		// Gets must reach the gate, not the cache.
-		storeOpts: []registry.StoreOption{registry.WithoutListCache()},
+		storeOpts: []registry.StoreOption{registry.WithoutReadCache()},
 	})
 	// A namespace named "watch" must not make its requests watches, which
 	// the limits do not count.
@@ -368,7 +368,7 @@ func TestClientGoBacksOffOn429(t *testing.T) {
 		maxReadOnly: 2,
 		maxMutating: 2,
 		// Gets must be slow, so read from the slow storage, not the cache.
-		storeOpts: []registry.StoreOption{registry.WithoutListCache()},
+		storeOpts: []registry.StoreOption{registry.WithoutReadCache()},
 	})
 	counter := &tooMany{}
 	client, err := kubernetes.NewForConfig(&rest.Config{

@@ -255,7 +255,7 @@ func TestAuditID(t *testing.T) {
 		wrap:   func(st *etcdstore.Store) registry.Storage { return failingStorage{st} },
 		logOut: logs,
 		// Gets must reach the failing storage, not the cache.
-		storeOpts: []registry.StoreOption{registry.WithoutListCache()},
+		storeOpts: []registry.StoreOption{registry.WithoutReadCache()},
 	})
 	paths := []string{"/api/v1/namespaces/default/configmaps", "/api/v1/namespaces/default/configmaps/missing", "/readyz", "/api", "/nowhere"}
 	seen := map[string]string{}

@@ -10,18 +10,20 @@ import (
 	"github.com/concord-dev/concord/etcdstore"
 )
 
-// listCache keeps the latest stored state of every object of one resource in
-// memory, kept current by an etcd watch of its own, so that a full list costs
-// one small etcd read instead of a range over every object: kube-apiserver's
-// consistent reads from its watch cache. A list served from it is still
-// linearizable: it reads etcd's current revision first (a quorum read) and
-// waits until the cache has applied everything up to that revision, asking
-// etcd for a progress report when no event of this resource says so.
+// readCache keeps the latest stored state of every object of one resource in
+// memory, kept current by an etcd watch of its own, so that a get or a full
+// list costs one small etcd read, shared with concurrent reads (revision.go),
+// instead of reading the objects: kube-apiserver's consistent reads from its
+// watch cache. A read served from it is still linearizable: it takes etcd's
+// current revision from a quorum read sent after the read began, and waits
+// until the cache has applied everything up to that revision, asking etcd
+// for a progress report when no event of this resource says so.
 //
-// The cache starts with the first list that could use it and serves from
-// the list after it; a broken watch resets it and the next list starts it
-// again. Values are kept as stored (encrypted ones stay encrypted).
-type listCache struct {
+// The cache starts with the first read that could use it and serves from
+// the reads after it has loaded; a broken watch resets it and the next read
+// starts it again. Values are kept as stored (encrypted ones stay
+// encrypted).
+type readCache struct {
 	store *Store
 
 	mu    sync.Mutex
@@ -71,14 +73,14 @@ const (
 // etcd's revision before it reads etcd instead (kube-apiserver waits 3 s).
 const cacheWaitTimeout = 3 * time.Second
 
-func newListCache(s *Store) *listCache {
-	return &listCache{store: s, advanced: make(chan struct{})}
+func newReadCache(s *Store) *readCache {
+	return &readCache{store: s, advanced: make(chan struct{})}
 }
 
 // list returns the objects of namespace (all when empty) in key order as of
 // a revision at least etcd's current one, and that revision. ok is false
 // when the cache cannot serve yet (the caller reads etcd).
-func (c *listCache) list(ctx context.Context, namespace string) (objects []*cacheEntry, rev int64, ok bool, _ error) {
+func (c *readCache) list(ctx context.Context, namespace string) (objects []*cacheEntry, rev int64, ok bool, _ error) {
 	if ok, err := c.await(ctx); !ok || err != nil {
 		return nil, 0, false, err
 	}
@@ -90,7 +92,7 @@ func (c *listCache) list(ctx context.Context, namespace string) (objects []*cach
 // get returns the object at key (namespace/name; nil when there is none)
 // as of a revision at least etcd's current one. ok is false when the cache
 // cannot serve yet (the caller reads etcd).
-func (c *listCache) get(ctx context.Context, key string) (_ *cacheEntry, ok bool, _ error) {
+func (c *readCache) get(ctx context.Context, key string) (_ *cacheEntry, ok bool, _ error) {
 	if ok, err := c.await(ctx); !ok || err != nil {
 		return nil, false, err
 	}
@@ -103,7 +105,7 @@ func (c *listCache) get(ctx context.Context, key string) (_ *cacheEntry, ok bool
 // after await was called, and returns with c.mu held (ok true). ok is
 // false, and c.mu not held, when the cache cannot serve: not started (this
 // starts it), loading, broken, or not caught up within cacheWaitTimeout.
-func (c *listCache) await(ctx context.Context) (ok bool, _ error) {
+func (c *readCache) await(ctx context.Context) (ok bool, _ error) {
 	c.mu.Lock()
 	switch c.state {
 	case cacheIdle:
@@ -179,7 +181,7 @@ func inNamespace(sorted []*cacheEntry, namespace string) []*cacheEntry {
 	return sorted[from:to]
 }
 
-func (c *listCache) sortedLocked() []*cacheEntry {
+func (c *readCache) sortedLocked() []*cacheEntry {
 	if c.sorted == nil {
 		c.sorted = make([]*cacheEntry, 0, len(c.objects))
 		for _, e := range c.objects {
@@ -192,14 +194,14 @@ func (c *listCache) sortedLocked() []*cacheEntry {
 
 // startLocked loads the resource from etcd and watches it from there, in
 // the background.
-func (c *listCache) startLocked() {
+func (c *readCache) startLocked() {
 	c.gen++
 	ctx, cancel := context.WithCancel(context.Background())
 	c.state, c.cancel = cacheLoading, cancel
 	go c.load(ctx, c.gen)
 }
 
-func (c *listCache) load(ctx context.Context, gen int) {
+func (c *readCache) load(ctx context.Context, gen int) {
 	objects, rev, err := c.readAll(ctx)
 	var w *etcdstore.Watch
 	if err == nil {
@@ -221,7 +223,7 @@ func (c *listCache) load(ctx context.Context, gen int) {
 }
 
 // readAll reads every object of the resource at one revision, in pages.
-func (c *listCache) readAll(ctx context.Context) (map[string]*cacheEntry, int64, error) {
+func (c *readCache) readAll(ctx context.Context) (map[string]*cacheEntry, int64, error) {
 	objects := map[string]*cacheEntry{}
 	var rev int64
 	start := ""
@@ -242,7 +244,7 @@ func (c *listCache) readAll(ctx context.Context) (map[string]*cacheEntry, int64,
 }
 
 // run applies the watch's changes until it ends; then the cache resets.
-func (c *listCache) run(w *etcdstore.Watch, gen int) {
+func (c *readCache) run(w *etcdstore.Watch, gen int) {
 	defer c.resetIf(gen)
 	for resp := range w.C {
 		if resp.Err != nil {
@@ -271,12 +273,12 @@ func (c *listCache) run(w *etcdstore.Watch, gen int) {
 	}
 }
 
-func (c *listCache) advanceLocked() {
+func (c *readCache) advanceLocked() {
 	close(c.advanced)
 	c.advanced = make(chan struct{})
 }
 
-func (c *listCache) resetIf(gen int) {
+func (c *readCache) resetIf(gen int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.gen == gen && c.state != cacheStopped {
@@ -284,7 +286,7 @@ func (c *listCache) resetIf(gen int) {
 	}
 }
 
-func (c *listCache) resetLocked(state cacheState) {
+func (c *readCache) resetLocked(state cacheState) {
 	if c.cancel != nil {
 		c.cancel()
 	}
@@ -294,7 +296,7 @@ func (c *listCache) resetLocked(state cacheState) {
 }
 
 // stop ends the cache for good (server shutdown).
-func (c *listCache) stop() {
+func (c *readCache) stop() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.resetLocked(cacheStopped)

@@ -19,10 +19,15 @@ import (
 	"github.com/concord-dev/concord/etcdstore/etcdtest"
 )
 
-// countingStorage counts the ranges a store reads from etcd.
+// countingStorage counts the ranges and gets a store reads from etcd.
 type countingStorage struct {
 	Storage
-	lists atomic.Int64
+	lists, gets atomic.Int64
+}
+
+func (c *countingStorage) Get(ctx context.Context, ref etcdstore.Ref, revision int64) (etcdstore.Object, error) {
+	c.gets.Add(1)
+	return c.Storage.Get(ctx, ref, revision)
 }
 
 func (c *countingStorage) List(ctx context.Context, resource, namespace string, opts etcdstore.ListOptions) (etcdstore.ListResult, error) {
@@ -44,7 +49,7 @@ func newCacheFixture(t *testing.T) *cacheFixture {
 	f := &cacheFixture{
 		etcd:    e,
 		cached:  NewStore(counted, ConfigMaps, DefaultWatchConfig()),
-		direct:  NewStore(storage, ConfigMaps, DefaultWatchConfig(), WithoutListCache()),
+		direct:  NewStore(storage, ConfigMaps, DefaultWatchConfig(), WithoutReadCache()),
 		counted: counted,
 	}
 	t.Cleanup(f.cached.StopWatches)
@@ -74,7 +79,7 @@ func (f *cacheFixture) warm(t *testing.T) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the list cache did not start within 10s")
+			t.Fatal("the read cache did not start within 10s")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -99,7 +104,7 @@ func jsonList(t *testing.T, s *Store, namespace string) (string, string) {
 	return b.String(), list.ResourceVersion
 }
 
-func TestListCacheServesWhatEtcdHolds(t *testing.T) {
+func TestReadCacheServesWhatEtcdHolds(t *testing.T) {
 	f := newCacheFixture(t)
 	for i := range 5 {
 		for _, ns := range []string{"a", "a-b", "b"} {
@@ -149,14 +154,14 @@ func TestListCacheServesWhatEtcdHolds(t *testing.T) {
 	}
 }
 
-// TestListCacheIsLinearizable: a list or get that starts after a write was
+// TestReadCacheIsLinearizable: a list or get that starts after a write was
 // acknowledged — by another replica, with etcd's revision moved on by other
 // resources too — reflects it, without reading the range from etcd.
-func TestListCacheIsLinearizable(t *testing.T) {
+func TestReadCacheIsLinearizable(t *testing.T) {
 	f := newCacheFixture(t)
 	f.put(t, "a", "x", "0")
 	f.warm(t)
-	before := f.counted.lists.Load()
+	before, getsBefore := f.counted.lists.Load(), f.counted.gets.Load()
 	ctx := context.Background()
 	for i := range 100 {
 		var rev int64
@@ -201,9 +206,12 @@ func TestListCacheIsLinearizable(t *testing.T) {
 	if n := f.counted.lists.Load() - before; n != 0 {
 		t.Errorf("the cached store read etcd's ranges %d times; want 0", n)
 	}
+	if n := f.counted.gets.Load() - getsBefore; n != 0 {
+		t.Errorf("the cached store read objects from etcd %d times; want 0 (every get from the cache)", n)
+	}
 }
 
-func TestListCacheStoppedReadsEtcd(t *testing.T) {
+func TestReadCacheStoppedReadsEtcd(t *testing.T) {
 	f := newCacheFixture(t)
 	f.put(t, "a", "x", "1")
 	f.warm(t)

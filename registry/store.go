@@ -51,7 +51,7 @@ type Store struct {
 	// cache serves full lists and gets from memory; nil without one (see
 	// cache.go). revisions reads etcd's revision for them, one request for
 	// many (revision.go); NewStores shares one among its stores.
-	cache     *listCache
+	cache     *readCache
 	revisions *revisionReader
 	// transformer encrypts and decrypts the stored values (see
 	// WithEncryption); identity unless configured.
@@ -69,7 +69,7 @@ type Store struct {
 // NewStore returns the store of res over storage.
 func NewStore(storage Storage, res *Resource, cfg WatchConfig, opts ...StoreOption) *Store {
 	s := &Store{Resource: res, storage: storage, recent: newRecent(), transformer: encryption.Identity()}
-	s.cache = newListCache(s)
+	s.cache = newReadCache(s)
 	s.revisions = newRevisionReader(storage.CurrentRevision)
 	for _, o := range opts {
 		o(s)

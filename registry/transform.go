@@ -17,10 +17,10 @@ func WithEncryption(t *encryption.Transformers) StoreOption {
 	return func(s *Store) { s.transformer = t.For(s.Resource.GroupResource()) }
 }
 
-// WithoutListCache makes every list read etcd (kube-apiserver's
-// --watch-cache=false); by default full lists are served from a cache kept
-// current by a watch (cache.go).
-func WithoutListCache() StoreOption {
+// WithoutReadCache makes every get and list read etcd (kube-apiserver's
+// --watch-cache=false); by default gets and full lists are served from a
+// cache kept current by a watch (cache.go).
+func WithoutReadCache() StoreOption {
 	return func(s *Store) { s.cache = nil }
 }
 

@@ -110,7 +110,7 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 	store := etcdstore.NewWithOptions(client, cfg.EtcdPrefix, etcdstore.Options{RequestTimeout: cfg.EtcdRequestTimeout, Metrics: storeMetrics})
 	storeOpts := []registry.StoreOption{registry.WithEncryption(encryptAtRest)}
 	if !cfg.WatchCache {
-		storeOpts = append(storeOpts, registry.WithoutListCache())
+		storeOpts = append(storeOpts, registry.WithoutReadCache())
 	}
 	stores := registry.NewStores(store, registry.DefaultWatchConfig(), storeOpts...)
 	bootCtx, cancelBoot := context.WithTimeout(ctx, cfg.EtcdDialTimeout)
