@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -727,5 +728,70 @@ func TestHTTP2WatchRunsToItsEnd(t *testing.T) {
 	}
 	if d, err := time.ParseDuration(line.Latency); err != nil || d < 2*time.Second || line.Code != http.StatusOK {
 		t.Errorf("the watch's audit line: code %d, latency %q; want 200 and the watch's 2s", line.Code, line.Latency)
+	}
+}
+
+// TestHTTP11TLSWatchNoticesHangUp: a watch over HTTP/1.1 with TLS takes its
+// connection over from net/http; it still sends its events, and when the
+// client goes away the server notices (through the TLS connection's
+// socket) and ends the watch.
+func TestHTTP11TLSWatchNoticesHangUp(t *testing.T) {
+	s := startAuthServer(t, false)
+	tr := s.server.Client().Transport.(*http.Transport).Clone()
+	tr.ForceAttemptHTTP2 = false
+	tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{} // HTTP/1.1 only
+	tr.TLSClientConfig.NextProtos = []string{"http/1.1"}
+	client := &http.Client{Transport: tr}
+	watching := func() float64 {
+		families, err := s.reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		byName := map[string]*dto.MetricFamily{}
+		for _, f := range families {
+			byName[f.GetName()] = f
+		}
+		m, ok := find(byName, "apiserver_longrunning_requests", map[string]string{"verb": "WATCH", "group": "", "version": "v1", "resource": "configmaps", "subresource": "", "scope": "namespace", "component": "apiserver"})
+		if !ok {
+			t.Fatalf("no apiserver_longrunning_requests series for watches of configmaps in a namespace")
+		}
+		return m.Gauge.GetValue()
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/api/v1/namespaces/team/configmaps?watch=true", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer alice-token")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || resp.ProtoMajor != 1 || resp.TLS == nil {
+		t.Fatalf("watch: %d over %s (TLS %v); want 200 over HTTP/1.1 with TLS", resp.StatusCode, resp.Proto, resp.TLS != nil)
+	}
+	if !resp.Close {
+		t.Error("no Connection: close; want the watch to take its connection over from net/http")
+	}
+	if created := s.do(t, "alice-token", http.MethodPost, "/api/v1/namespaces/team/configmaps", `{"metadata":{"name":"h1"}}`); created.Code != http.StatusCreated {
+		t.Fatalf("create: %d %s", created.Code, created.Body)
+	}
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	if err != nil || !strings.Contains(line, `"ADDED"`) || !strings.Contains(line, `"h1"`) {
+		t.Fatalf("first event %q, %v; want ADDED h1", line, err)
+	}
+	if got := watching(); got != 1 {
+		t.Fatalf("watches open: %v; want 1", got)
+	}
+	resp.Body.Close() // the client hangs up
+	tr.CloseIdleConnections()
+	deadline := time.Now().Add(10 * time.Second)
+	for watching() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the watch still runs 10s after its client hung up")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
