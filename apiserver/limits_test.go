@@ -428,7 +428,11 @@ func (l *listLimits) List(ctx context.Context, resource, namespace string, opts 
 // pages are bounded.
 func TestInputBounds(t *testing.T) {
 	rec := &listLimits{}
-	s := startServerOn(t, registry.DefaultWatchConfig(), func(st *etcdstore.Store) registry.Storage { rec.Store = st; return rec })
+	s := startServerWithOptions(t, serverOptions{
+		wrap: func(st *etcdstore.Store) registry.Storage { rec.Store = st; return rec },
+		// The page sizes asked of etcd are checked: no first page from the cache.
+		storeOpts: []registry.StoreOption{registry.WithoutReadCache()},
+	})
 	const ns = "/api/v1/namespaces/default/configmaps"
 	for _, tc := range []struct {
 		what string

@@ -293,3 +293,64 @@ func TestRevisionReaderSharesRequests(t *testing.T) {
 		t.Logf("%d etcd requests for %d reads", n, readers*reads)
 	}
 }
+
+// TestReadCachePagesMatchEtcd: a paged list's first page comes from the
+// cache and the rest from etcd at the cache's revision; every page, token
+// and remaining count equals what reading etcd alone gives, with and
+// without a selector.
+func TestReadCachePagesMatchEtcd(t *testing.T) {
+	f := newCacheFixture(t)
+	for i := range 7 {
+		for _, ns := range []string{"a", "a-b", "b"} {
+			f.put(t, ns, fmt.Sprintf("cm-%d", i), strconv.Itoa(i%2))
+		}
+	}
+	f.warm(t)
+	ctx := context.Background()
+	type page struct {
+		items                []string
+		rv, token, remaining string
+	}
+	read := func(s *Store, ns string, limit int64, sel labels.Selector, token string) page {
+		list, err := s.List(ctx, ns, &metainternalversion.ListOptions{Limit: limit, Continue: token, LabelSelector: sel})
+		if err != nil {
+			t.Fatalf("list %q limit %d continue %q: %v", ns, limit, token, err)
+		}
+		items, _ := meta.ExtractList(list)
+		lm, _ := meta.ListAccessor(list)
+		p := page{rv: lm.GetResourceVersion(), token: lm.GetContinue(), remaining: fmt.Sprint(lm.GetRemainingItemCount())}
+		if c := lm.GetRemainingItemCount(); c != nil {
+			p.remaining = strconv.FormatInt(*c, 10)
+		}
+		for _, it := range items {
+			o := it.(Object)
+			p.items = append(p.items, o.GetNamespace()+"/"+o.GetName()+"@"+o.GetResourceVersion())
+		}
+		return p
+	}
+	for _, ns := range []string{"", "a", "a-b"} {
+		for _, limit := range []int64{1, 2, 3, 7, 100} {
+			for _, sel := range []labels.Selector{labels.Everything(), labels.SelectorFromSet(labels.Set{"v": "1"})} {
+				token, wantToken := "", ""
+				for n := 0; ; n++ {
+					ranges := f.counted.lists.Load()
+					got := read(f.cached, ns, limit, sel, token)
+					if n == 0 && f.counted.lists.Load() != ranges {
+						t.Errorf("namespace %q, limit %d, selector %q: the first page read etcd; want it from the cache", ns, limit, sel)
+					}
+					want := read(f.direct, ns, limit, sel, wantToken)
+					if fmt.Sprint(got) != fmt.Sprint(want) {
+						t.Fatalf("namespace %q, limit %d, selector %q, page %d: cached %+v; want (etcd) %+v", ns, limit, sel, n, got, want)
+					}
+					if got.token == "" {
+						break
+					}
+					if n > 25 {
+						t.Fatal("more than 25 pages")
+					}
+					token, wantToken = got.token, want.token
+				}
+			}
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -171,18 +172,13 @@ func planList(opts *metainternalversion.ListOptions) (listPlan, error) {
 // continue token and (without selectors) the count of objects left.
 func (s *Store) listPages(ctx context.Context, namespace string, opts *metainternalversion.ListOptions, plan listPlan, add func(key string, stored etcdstore.Object, cached *cacheEntry) (bool, error)) (rev int64, token string, remaining *int64, err error) {
 	readRev, minRev, rv, start, everything := plan.readRev, plan.minRev, plan.rv, plan.start, plan.filter.everything()
-	if s.cache != nil && opts.Limit == 0 && readRev == 0 && minRev == 0 && start == "" {
+	if s.cache != nil && readRev == 0 && minRev == 0 && start == "" {
 		objects, rev, ok, err := s.cache.list(ctx, namespace)
 		if err != nil {
 			return 0, "", nil, s.listError(ctx, err, opts, start, rv)
 		}
 		if ok {
-			for _, e := range objects {
-				if _, err := add(s.Resource.Plural+"/"+e.stored.Key, e.stored, e); err != nil {
-					return 0, "", nil, err
-				}
-			}
-			return rev, "", nil, nil
+			return s.firstPageFromCache(namespace, objects, rev, opts.Limit, everything, add)
 		}
 	}
 	var lastKey string
@@ -227,6 +223,41 @@ func (s *Store) listPages(ctx context.Context, namespace string, opts *metainter
 		start = lastKey + "\x00"
 		pageSize = min(pageSize*2, maxPageSize)
 	}
+}
+
+// firstPageFromCache is listPages' first page read from the cache: the
+// snapshot's objects (of namespace) at rev, up to limit taken (0: all), and
+// a token that continues at rev — from etcd, which still holds that
+// revision — in the same format as etcd's pages.
+func (s *Store) firstPageFromCache(namespace string, objects []*cacheEntry, rev, limit int64, everything bool, add func(key string, stored etcdstore.Object, cached *cacheEntry) (bool, error)) (int64, string, *int64, error) {
+	added := int64(0)
+	for i, e := range objects {
+		took, err := add(s.Resource.Plural+"/"+e.stored.Key, e.stored, e)
+		if err != nil {
+			return 0, "", nil, err
+		}
+		if !took || limit == 0 {
+			continue
+		}
+		if added++; added < limit {
+			continue
+		}
+		left := int64(len(objects) - 1 - i)
+		if left == 0 {
+			break
+		}
+		// etcd's pages name keys relative to the list's prefix.
+		key := e.stored.Key
+		if namespace != "" {
+			key = strings.TrimPrefix(key, namespace+"/")
+		}
+		var remaining *int64
+		if everything {
+			remaining = &left
+		}
+		return rev, encodeContinue(key+"\x00", rev), remaining, nil
+	}
+	return rev, "", nil, nil
 }
 
 // listError is where a list's storage errors become Status errors.

@@ -48,7 +48,7 @@ type Store struct {
 	Resource *Resource
 	storage  Storage
 	watch    *broadcaster
-	// cache serves full lists and gets from memory; nil without one (see
+	// cache serves gets and lists (first pages) from memory; nil without one (see
 	// cache.go). revisions reads etcd's revision for them, one request for
 	// many (revision.go); NewStores shares one among its stores.
 	cache     *readCache

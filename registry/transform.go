@@ -18,7 +18,7 @@ func WithEncryption(t *encryption.Transformers) StoreOption {
 }
 
 // WithoutReadCache makes every get and list read etcd (kube-apiserver's
-// --watch-cache=false); by default gets and full lists are served from a
+// --watch-cache=false); by default gets and lists (first pages) are served from a
 // cache kept current by a watch (cache.go).
 func WithoutReadCache() StoreOption {
 	return func(s *Store) { s.cache = nil }

@@ -69,7 +69,7 @@ type Config struct {
 	EncryptionProviderConfig string
 	// Profiling serves /debug/pprof/ to those authorized for it.
 	Profiling bool
-	// WatchCache serves gets and full lists from memory kept current by a
+	// WatchCache serves gets and lists (first pages) from memory kept current by a
 	// watch.
 	WatchCache bool
 }
@@ -133,7 +133,7 @@ func (cfg *Config) AddFlags(fs *flag.FlagSet) {
 	cfg.addSecurityFlags(fs)
 	fs.IntVar(&cfg.MaxRequestsInFlight, "max-requests-inflight", cfg.MaxRequestsInFlight, "most read-only requests (GET, HEAD, OPTIONS; watches are not counted) served at once; more are answered 429 with Retry-After, which clients such as client-go wait for and retry; 0: no limit")
 	fs.IntVar(&cfg.MaxMutatingRequestsInFlight, "max-mutating-requests-inflight", cfg.MaxMutatingRequestsInFlight, "most mutating requests (POST, PUT, PATCH, DELETE) served at once; more are answered 429 with Retry-After; 0: no limit")
-	fs.BoolVar(&cfg.WatchCache, "watch-cache", cfg.WatchCache, "serve gets and full lists (no limit, no continue, resourceVersion unset or 0) from memory: each replica keeps every object of a resource it reads current with an etcd watch and, per read, reads only etcd's current revision (one request for all reads that arrive meanwhile) and waits until it has applied it, so reads stay linearizable; false: every read goes to etcd")
+	fs.BoolVar(&cfg.WatchCache, "watch-cache", cfg.WatchCache, "serve gets and lists (their first page; resourceVersion unset or 0) from memory: each replica keeps every object of a resource it reads current with an etcd watch and, per read, reads only etcd's current revision (one request for all reads that arrive meanwhile) and waits until it has applied it, so reads stay linearizable; false: every read goes to etcd")
 	fs.BoolVar(&cfg.Profiling, "profiling", cfg.Profiling, "serve Go's CPU, heap and goroutine profiles under /debug/pprof/ (authorized as a non-resource URL: by default system:masters only)")
 	fs.StringVar(&cfg.EncryptionProviderConfig, "encryption-provider-config", cfg.EncryptionProviderConfig, "EncryptionConfiguration file (kube-apiserver's format; providers aesgcm and identity) saying which resources are encrypted at rest in etcd, e.g. secrets")
 }
