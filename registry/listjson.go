@@ -163,13 +163,9 @@ func (s *Store) GetJSON(ctx context.Context, namespace, name string) (obj []byte
 	if err != nil {
 		return nil, "", err
 	}
-	plaintext, _, err := s.unseal(s.keyOf(namespace, name), stored.Value)
+	out, err := s.storedJSON(namespace, name, stored)
 	if err != nil {
 		return nil, "", err
-	}
-	out, err := withResourceVersion(plaintext, stored.Revision)
-	if err != nil {
-		return nil, "", fmt.Errorf("stored %s %s/%s: %w", s.Resource.Kind, namespace, name, err)
 	}
 	// Clients read, edit and write back: remember the state, undecoded.
 	s.recent.put(s.recentKey(namespace, name), stored, nil)
@@ -190,13 +186,20 @@ func (s *Store) WrittenJSON(obj Object) (_ []byte, ok bool) {
 	if !ok || e.stored.Revision != rev {
 		return nil, false
 	}
-	plaintext, _, err := s.unseal(s.keyOf(obj.GetNamespace(), obj.GetName()), e.stored.Value)
+	out, err := s.storedJSON(obj.GetNamespace(), obj.GetName(), e.stored)
+	return out, err == nil
+}
+
+// storedJSON is the stored value of namespace/name, decrypted, with its
+// resourceVersion inserted.
+func (s *Store) storedJSON(namespace, name string, stored etcdstore.Object) ([]byte, error) {
+	plaintext, _, err := s.unseal(s.keyOf(namespace, name), stored.Value)
 	if err != nil {
-		return nil, false
+		return nil, err
 	}
-	out, err := withResourceVersion(plaintext, rev)
+	out, err := withResourceVersion(plaintext, stored.Revision)
 	if err != nil {
-		return nil, false
+		return nil, fmt.Errorf("stored %s %s/%s: %w", s.Resource.Kind, namespace, name, err)
 	}
-	return out, true
+	return out, nil
 }
