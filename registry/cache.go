@@ -69,7 +69,7 @@ const (
 	cacheStopped
 )
 
-// cacheWaitTimeout bounds how long a list waits for the cache to reach
+// cacheWaitTimeout bounds how long a read waits for the cache to reach
 // etcd's revision before it reads etcd instead (kube-apiserver waits 3 s).
 const cacheWaitTimeout = 3 * time.Second
 
