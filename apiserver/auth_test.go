@@ -2,7 +2,6 @@ package apiserver_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -20,7 +19,6 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -37,6 +35,7 @@ import (
 	"github.com/concord-dev/concord/apiserver"
 	"github.com/concord-dev/concord/etcdstore"
 	"github.com/concord-dev/concord/etcdstore/etcdtest"
+	"github.com/concord-dev/concord/internal/syncbuf"
 	"github.com/concord-dev/concord/registry"
 )
 
@@ -71,25 +70,8 @@ type authServer struct {
 	URL    string
 	server *httptest.Server
 	ca     *testCA // signs the client certificates it trusts
-	audit  *lockedBuffer
+	audit  *syncbuf.Buffer
 	reg    *prometheus.Registry
-}
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func startAuthServer(t *testing.T, anonymous bool) *authServer {
@@ -101,7 +83,7 @@ func startAuthServer(t *testing.T, anonymous bool) *authServer {
 	ca := newTestCA(t, "test client CA")
 	e := etcdtest.Start(t)
 	stores := registry.NewStores(etcdstore.New(e.Client, "/registry"), registry.DefaultWatchConfig())
-	s := &authServer{ca: ca, audit: &lockedBuffer{}, reg: prometheus.NewRegistry()}
+	s := &authServer{ca: ca, audit: &syncbuf.Buffer{}, reg: prometheus.NewRegistry()}
 	handler := apiserver.New(apiserver.Config{
 		Stores:  stores,
 		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),

@@ -1,14 +1,12 @@
 package apiserver_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/concord-dev/concord/etcdstore"
+	"github.com/concord-dev/concord/internal/syncbuf"
 	"github.com/concord-dev/concord/registry"
 )
 
@@ -223,23 +222,9 @@ func TestUnavailableIs503(t *testing.T) {
 	checkRetryAfter(t, "GET", resp)
 }
 
-// syncBuffer is a log destination the server writes while the test reads.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+// syncBuffer is a log destination the server writes while the test reads,
+// with JSON-line helpers.
+type syncBuffer struct{ syncbuf.Buffer }
 
 // lines decodes the JSON log lines written so far.
 func (b *syncBuffer) lines(t *testing.T) []map[string]any {

@@ -11,11 +11,12 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/concord-dev/concord/internal/syncbuf"
 )
 
 // Bounds of the kubectl workflow.
@@ -171,24 +172,6 @@ func tableRow(table, name string) map[string]string {
 		return row
 	}
 	return nil
-}
-
-// syncBuffer is a bytes.Buffer that a process writes while the test reads.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // linesNamed are the lines of out whose first field is name.
@@ -457,7 +440,7 @@ func TestKubectlWorkflow(t *testing.T) {
 		defer cancel()
 		cmd := exec.CommandContext(ctx, kubectlPath, "--kubeconfig", k.srv.kubeconfig, "--cache-dir", k.cacheDir,
 			"get", "configmap", "app", "-w")
-		var out, errOut syncBuffer
+		var out, errOut syncbuf.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errOut
 		if err := cmd.Start(); err != nil {
 			t.Fatalf("start kubectl get configmap app -w: %v", err)

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/concord-dev/concord/apiserver"
 	"github.com/concord-dev/concord/etcdstore"
 	"github.com/concord-dev/concord/etcdstore/etcdtest"
+	"github.com/concord-dev/concord/internal/syncbuf"
 	"github.com/concord-dev/concord/registry"
 )
 
@@ -46,24 +46,6 @@ func startConcord(t *testing.T) (string, *etcdtest.Etcd) {
 	return srv.URL, e
 }
 
-// syncBuffer is a bytes.Buffer the progress and the test can share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // benchConfig is a short run against Concord (first) and the raw etcd
 // under it, which share the key space and keep apart by name.
 func benchConfig(url string, e *etcdtest.Etcd, workloads ...string) Config {
@@ -84,7 +66,7 @@ func runBench(t *testing.T, cfg Config) (*Report, string) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	var progress syncBuffer
+	var progress syncbuf.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	rep, err := run(ctx, cfg, &progress)

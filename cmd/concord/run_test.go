@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -17,12 +16,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
+
+	"github.com/concord-dev/concord/internal/syncbuf"
 )
 
 // testPKI is a CA with a serving certificate for 127.0.0.1 and a client
@@ -131,24 +131,6 @@ func startTLSEtcd(t *testing.T, p testPKI) string {
 	return "https://" + e.Clients[0].Addr().String()
 }
 
-// syncBuffer is a log destination the server writes while the test reads.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // startRun runs the server as main does, until the returned cancel; done
 // receives run's result.
 func startRun(t *testing.T, cfg Config, logs io.Writer) (baseURL string, cancel context.CancelFunc, done <-chan error) {
@@ -209,7 +191,7 @@ func TestRunOverTLSEtcdShutsDownInOrder(t *testing.T) {
 	const delay = 1500 * time.Millisecond
 	cfg.ShutdownDelayDuration = delay
 	openServing(&cfg)
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	base, stop, done := startRun(t, cfg, logs)
 
 	if code, body := get(t, base+"/readyz?verbose"); code != 200 || body != "[+]ping ok\n[+]etcd ok\n[+]shutdown ok\nreadyz check passed\n" {
