@@ -18,7 +18,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -36,6 +35,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/concord-dev/concord/etcdstore/etcdtest"
+	"github.com/concord-dev/concord/internal/procfs"
 )
 
 const (
@@ -199,7 +199,7 @@ func runFanout(b *testing.B, n int) fanoutResult {
 	}
 	watchURL := configMapsURL(p.url) + "?watch=true&resourceVersion=" + cm.ResourceVersion
 
-	rssBefore, err := vmRSS(pid)
+	rssBefore, err := procfs.VmRSS(pid)
 	if err != nil {
 		b.Logf("RSS before: %v", err)
 	}
@@ -249,7 +249,7 @@ func runFanout(b *testing.B, n int) fanoutResult {
 		return true
 	})
 
-	rssAfter, err := vmRSS(pid)
+	rssAfter, err := procfs.VmRSS(pid)
 	if err != nil {
 		b.Logf("RSS after: %v", err)
 	}
@@ -533,24 +533,6 @@ func waitGroupFor(wg *sync.WaitGroup, d time.Duration) bool {
 	case <-time.After(d):
 		return false
 	}
-}
-
-// vmRSS is the resident set size of process pid, in KiB.
-func vmRSS(pid int) (int64, error) {
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(status), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kib, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("VmRSS line %q: %w", line, err)
-			}
-			return kib, nil
-		}
-	}
-	return 0, errors.New("no VmRSS line in /proc/<pid>/status")
 }
 
 // noFileLimit is the "Max open files" line of process pid, or "".

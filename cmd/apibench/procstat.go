@@ -55,28 +55,6 @@ func selfCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// vmRSS is the resident set size of process pid, in KiB.
-func vmRSS(pid int) (int64, error) {
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	return parseVmRSS(status)
-}
-
-func parseVmRSS(status []byte) (int64, error) {
-	for _, line := range strings.Split(string(status), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kib, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("VmRSS line %q: %w", line, err)
-			}
-			return kib, nil
-		}
-	}
-	return 0, errors.New("no VmRSS line in /proc/<pid>/status")
-}
-
 // cpuMeter measures the CPU the client, the server and etcd of one target
 // use during a window. A process that is not known (no pid) or cannot be
 // read is NaN.

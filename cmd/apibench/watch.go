@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/concord-dev/concord/internal/procfs"
 )
 
 // watchOpeners is how many watches are being opened at once.
@@ -40,7 +42,7 @@ func (w *watchWL) setup(ctx context.Context, p *progress) error {
 		w.pid = w.t.etcdPID
 	}
 	if w.pid > 0 {
-		if _, err := vmRSS(w.pid); err != nil {
+		if _, err := procfs.VmRSS(w.pid); err != nil {
 			p.note(fmt.Sprintf("warning: target %s: RSS of pid %d: %v", w.t.spec.Name, w.pid, err))
 			w.pid = 0
 		}
@@ -187,7 +189,7 @@ func (w *watchWL) round(ctx context.Context, _ int, ops *atomic.Int64) RoundResu
 
 	var rssBefore int64
 	if w.pid > 0 {
-		rssBefore, _ = vmRSS(w.pid)
+		rssBefore, _ = procfs.VmRSS(w.pid)
 	}
 
 	wctx, cancel := context.WithCancel(ctx)
@@ -223,7 +225,7 @@ func (w *watchWL) round(ctx context.Context, _ int, ops *atomic.Int64) RoundResu
 		wr.FirstError = openErrs[0].Error()
 	}
 	if w.pid > 0 && rssBefore > 0 && wr.Opened > 0 {
-		if rss, err := vmRSS(w.pid); err == nil {
+		if rss, err := procfs.VmRSS(w.pid); err == nil {
 			wr.RSSPerWatcherKiB = jfloat(float64(rss-rssBefore) / float64(wr.Opened))
 		}
 	}
