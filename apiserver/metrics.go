@@ -46,16 +46,16 @@ type requestInfo struct {
 	log            *slog.Logger
 	requestLogOnce sync.Once
 	requestLog     *slog.Logger
-	// detached, set by a handler, is the rest of the request, run after
-	// the handler returned, on a connection it took over from net/http (a
-	// watch that keeps no net/http goroutine or buffers). The request is
-	// logged, counted and audited once it returns.
-	detached func()
-	// unwound, set by a handler, is the rest of the request, run on the
-	// handler's goroutine once the filters and routing have returned (an
-	// HTTP/2 watch: its goroutine then waits with a shallow stack, which
-	// the runtime shrinks).
-	unwound func()
+	// rest, set by a handler, is the rest of the request (a watch), run
+	// once the filters and routing have returned. On the handler's
+	// goroutine, which then waits with a shallow stack that the runtime
+	// shrinks (HTTP/2); or, when the handler took its connection over from
+	// net/http (restDetached), on a goroutine of its own after the handler
+	// returned, so that net/http lets go of the connection's goroutine and
+	// buffers (HTTP/1.1). The request is logged, counted and audited once it
+	// returns.
+	rest         func()
+	restDetached bool
 }
 
 // logger is the request's logger, made on first use: its lines carry the

@@ -215,7 +215,7 @@ func installResource(router *mux.Router, store *registry.Store, m *metrics) {
 // the request), a deadline, a logger and a requestInfo; it logs one line per
 // request, records its metrics and its audit line (audit may be nil), and
 // turns a panic into a 500 Status. A watch is counted in watches until it
-// ends, also when it outlives its handler (requestInfo.detached): it is
+// ends, also when it outlives its handler (requestInfo.rest): it is
 // then finished when it ends.
 func withRequestContext(next http.Handler, log *slog.Logger, timeout time.Duration, m *metrics, audit *auditLog, watches *sync.WaitGroup) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -263,17 +263,16 @@ func withRequestContext(next http.Handler, log *slog.Logger, timeout time.Durati
 					slog.String("path", req.url.Path), slog.Int("code", code),
 					slog.String("latency", took.Round(time.Microsecond).String()), slog.String("userAgent", req.userAgent))
 			}
-			if info.detached != nil {
-				go serveDetached(info, info.detached, func() { finish(context.Background()) }, ended)
+			if info.rest != nil && info.restDetached {
+				go serveDetached(info, info.rest, func() { finish(context.Background()) }, ended)
 				return
 			}
 			finish(ctx)
 			ended()
 		}()
 		next.ServeHTTP(rec, r)
-		if run := info.unwound; run != nil {
-			info.unwound = nil
-			run()
+		if info.rest != nil && !info.restDetached {
+			info.rest()
 		}
 	})
 }

@@ -118,14 +118,14 @@ func (h *resourceHandler) serveWatch(w http.ResponseWriter, r *http.Request, nam
 		if err == nil {
 			unfollow()
 			handedOff = true
-			infoOf(r).detached = func() { ws.runDetached(ctx, cancel, conn) }
+			ws.req.rest, ws.req.restDetached = func() { ws.runDetached(ctx, cancel, conn) }, true
 			return
 		}
 		logger(r).Debug("watch: keeps its connection in net/http", "err", err)
 	}
 	ws.setOutput(w, flusher.Flush)
 	handedOff = true
-	infoOf(r).unwound = func() {
+	ws.req.rest = func() {
 		defer cancel()
 		defer unfollow()
 		ws.run(ctx, cancel)
