@@ -46,14 +46,8 @@ func newJSONItem(obj []byte, rev int64) (JSONItem, error) {
 // field of its top-level metadata.
 func (it JSONItem) WriteJSON(w *bufio.Writer) error {
 	var field [40]byte
-	f := append(field[:0], `"resourceVersion":"`...)
-	f = strconv.AppendInt(f, it.rev, 10)
-	f = append(f, '"')
-	if it.object[it.at] != '}' {
-		f = append(f, ',')
-	}
 	w.Write(it.object[:it.at])
-	w.Write(f)
+	w.Write(it.appendField(field[:0]))
 	_, err := w.Write(it.object[it.at:])
 	return err
 }
@@ -61,13 +55,20 @@ func (it JSONItem) WriteJSON(w *bufio.Writer) error {
 // appendJSON is WriteJSON into a byte slice.
 func (it JSONItem) appendJSON(out []byte) []byte {
 	out = append(out, it.object[:it.at]...)
+	out = it.appendField(out)
+	return append(out, it.object[it.at:]...)
+}
+
+// appendField appends the resourceVersion field, and the comma before the
+// metadata's other fields if it has any.
+func (it JSONItem) appendField(out []byte) []byte {
 	out = append(out, `"resourceVersion":"`...)
 	out = strconv.AppendInt(out, it.rev, 10)
 	out = append(out, '"')
 	if it.object[it.at] != '}' {
 		out = append(out, ',')
 	}
-	return append(out, it.object[it.at:]...)
+	return out
 }
 
 // ListJSON is List for a client that takes JSON and selects nothing: each
