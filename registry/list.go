@@ -172,41 +172,36 @@ func planList(opts *metainternalversion.ListOptions) (listPlan, error) {
 // continue token and (without selectors) the count of objects left.
 func (s *Store) listPages(ctx context.Context, namespace string, opts *metainternalversion.ListOptions, plan listPlan, add func(key string, stored etcdstore.Object, cached *cacheEntry) (bool, error)) (rev int64, token string, remaining *int64, err error) {
 	readRev, minRev, rv, start, everything := plan.readRev, plan.minRev, plan.rv, plan.start, plan.filter.everything()
-	if s.cache != nil && readRev == 0 && minRev == 0 && start == "" {
-		objects, rev, ok, err := s.cache.list(ctx, namespace)
-		if err != nil {
-			return 0, "", nil, s.listError(ctx, err, opts, start, rv)
-		}
-		if ok {
-			return s.firstPageFromCache(namespace, objects, rev, opts.Limit, everything, add)
-		}
-	}
+	fromCache := s.cache != nil && readRev == 0 && minRev == 0 && start == ""
 	var lastKey string
 	added := int64(0)
 	pageSize := opts.Limit
 	for {
-		res, err := s.storage.List(ctx, s.Resource.Plural, namespace, etcdstore.ListOptions{Revision: readRev, Limit: pageSize, Start: start})
+		page, err := s.readPage(ctx, namespace, fromCache, etcdstore.ListOptions{Revision: readRev, Limit: pageSize, Start: start})
 		if err != nil {
 			return 0, "", nil, s.listError(ctx, err, opts, start, rv)
 		}
+		fromCache = false
 		if readRev == 0 {
-			if res.Revision < minRev {
-				return 0, "", nil, tooLargeResourceVersion(minRev, res.Revision)
+			if page.Revision < minRev {
+				return 0, "", nil, tooLargeResourceVersion(minRev, page.Revision)
 			}
-			readRev = res.Revision // every further page reads the same snapshot
+			readRev = page.Revision // every further page reads the same snapshot
 		}
-		for i, stored := range res.Objects {
-			took, err := add(s.listedKey(namespace, stored), stored, nil)
+		n := page.len()
+		for i := range n {
+			key, listKey, stored, cached := s.pageObject(page, namespace, i)
+			took, err := add(key, stored, cached)
 			if err != nil {
 				return 0, "", nil, err
 			}
-			lastKey = stored.Key
+			lastKey = listKey
 			if !took {
 				continue
 			}
 			added++
 			if opts.Limit > 0 && added == opts.Limit {
-				left := res.Remaining + int64(len(res.Objects)-1-i)
+				left := page.Remaining + int64(n-1-i)
 				if left > 0 {
 					token = encodeContinue(lastKey+"\x00", readRev)
 					if everything {
@@ -216,7 +211,7 @@ func (s *Store) listPages(ctx context.Context, namespace string, opts *metainter
 				return readRev, token, remaining, nil
 			}
 		}
-		if opts.Limit == 0 || res.Remaining == 0 || len(res.Objects) == 0 {
+		if opts.Limit == 0 || page.Remaining == 0 || n == 0 {
 			return readRev, "", nil, nil
 		}
 		// The selector skipped objects: read on, in larger pages.
@@ -225,39 +220,57 @@ func (s *Store) listPages(ctx context.Context, namespace string, opts *metainter
 	}
 }
 
-// firstPageFromCache is listPages' first page read from the cache: the
-// snapshot's objects (of namespace) at rev, up to limit taken (0: all), and
-// a token that continues at rev — from etcd, which still holds that
-// revision — in the same format as etcd's pages.
-func (s *Store) firstPageFromCache(namespace string, objects []*cacheEntry, rev, limit int64, everything bool, add func(key string, stored etcdstore.Object, cached *cacheEntry) (bool, error)) (int64, string, *int64, error) {
-	added := int64(0)
-	for i, e := range objects {
-		took, err := add(s.Resource.Plural+"/"+e.stored.Key, e.stored, e)
-		if err != nil {
-			return 0, "", nil, err
-		}
-		if !took || limit == 0 {
-			continue
-		}
-		if added++; added < limit {
-			continue
-		}
-		left := int64(len(objects) - 1 - i)
-		if left == 0 {
-			break
-		}
-		// etcd's pages name keys relative to the list's prefix.
-		key := e.stored.Key
-		if namespace != "" {
-			key = strings.TrimPrefix(key, namespace+"/")
-		}
-		var remaining *int64
-		if everything {
-			remaining = &left
-		}
-		return rev, encodeContinue(key+"\x00", rev), remaining, nil
+// listPage is one read of a list: a range of etcd, or the cache's whole
+// snapshot of the list (cached; Remaining 0). A token that continues after
+// a page from the cache reads etcd at the cache's revision, which etcd
+// still holds.
+type listPage struct {
+	etcdstore.ListResult
+	cached []*cacheEntry
+}
+
+func (p *listPage) len() int {
+	if p.cached != nil {
+		return len(p.cached)
 	}
-	return rev, "", nil, nil
+	return len(p.Objects)
+}
+
+// readPage reads a list's next page: from the cache when fromCache and the
+// cache serves, else from etcd.
+func (s *Store) readPage(ctx context.Context, namespace string, fromCache bool, opts etcdstore.ListOptions) (*listPage, error) {
+	if fromCache {
+		objects, rev, ok, err := s.cache.list(ctx, namespace)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return &listPage{ListResult: etcdstore.ListResult{Revision: rev}, cached: objects}, nil
+		}
+	}
+	res, err := s.storage.List(ctx, s.Resource.Plural, namespace, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &listPage{ListResult: res}, nil
+}
+
+// pageObject is the i-th object of page: its storageKey, its key relative
+// to the list's prefix (where a continue token starts), the stored object
+// and, from the cache, its entry.
+func (s *Store) pageObject(page *listPage, namespace string, i int) (key, listKey string, stored etcdstore.Object, cached *cacheEntry) {
+	if page.cached == nil {
+		stored = page.Objects[i]
+		return s.listedKey(namespace, stored), stored.Key, stored, nil
+	}
+	cached = page.cached[i]
+	stored = cached.stored
+	// The cache's keys are relative to the resource: namespace/name.
+	listKey = stored.Key
+	if namespace != "" {
+		listKey = strings.TrimPrefix(listKey, namespace+"/")
+	}
+	return s.Resource.Plural + "/" + stored.Key, listKey, stored, cached
 }
 
 // listError is where a list's storage errors become Status errors.
