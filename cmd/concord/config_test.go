@@ -39,11 +39,7 @@ func TestValidateEtcdTLSAndTimeouts(t *testing.T) {
 	missing := filepath.Join(dir, "missing.pem")
 	remote := func(cfg *Config) { cfg.EtcdServers = []string{"https://127.0.0.1:2379"} }
 
-	tests := []struct {
-		name    string
-		change  func(*Config)
-		wantErr string // "" for valid
-	}{
+	tests := []validateCase{
 		{"defaults", func(*Config) {}, ""},
 		{"full TLS", func(c *Config) {
 			remote(c)
@@ -66,6 +62,19 @@ func TestValidateEtcdTLSAndTimeouts(t *testing.T) {
 		{"zero etcd request timeout", func(c *Config) { c.EtcdRequestTimeout = 0 }, "--etcd-request-timeout: 0s must be positive"},
 		{"negative shutdown delay", func(c *Config) { c.ShutdownDelayDuration = -time.Second }, "--shutdown-delay-duration: -1s must not be negative"},
 	}
+	runValidateCases(t, tests)
+}
+
+// validateCase is a change to the default configuration and what Validate
+// says of it: wantErr is part of the error, "" for a valid one.
+type validateCase struct {
+	name    string
+	change  func(*Config)
+	wantErr string
+}
+
+func runValidateCases(t *testing.T, tests []validateCase) {
+	t.Helper()
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig()

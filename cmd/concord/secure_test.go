@@ -70,11 +70,7 @@ func TestValidateSecurity(t *testing.T) {
 	badPolicy := file("bad-policy.yaml", "rules:\n- users: [alice]\n  verbs: [read]\n  resources: [configmaps]\n  namespaces: [team]\n")
 	notPEM := file("not.pem", "hello")
 
-	for _, tc := range []struct {
-		name    string
-		change  func(*Config)
-		wantErr string
-	}{
+	runValidateCases(t, []validateCase{
 		{"defaults", func(*Config) {}, ""},
 		{"everything", func(c *Config) {
 			s := &c.Security
@@ -100,23 +96,7 @@ func TestValidateSecurity(t *testing.T) {
 		{"policy file with AlwaysAllow", func(c *Config) {
 			c.Security.AuthorizationMode, c.Security.AuthorizationPolicyFile = AuthorizationAlwaysAllow, goodPolicy
 		}, "--authorization-policy-file: only with --authorization-mode=Policy"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			cfg := DefaultConfig()
-			cfg.DataDir = t.TempDir()
-			tc.change(&cfg)
-			cfg.Complete()
-			err := cfg.Validate()
-			switch {
-			case tc.wantErr == "" && err != nil:
-				t.Errorf("Validate() = %v; want nil", err)
-			case tc.wantErr != "" && err == nil:
-				t.Errorf("Validate() = nil; want an error with %q", tc.wantErr)
-			case tc.wantErr != "" && !strings.Contains(err.Error(), tc.wantErr):
-				t.Errorf("Validate() = %v; want an error with %q", err, tc.wantErr)
-			}
-		})
-	}
+	})
 }
 
 func TestLoadOrCreatePKI(t *testing.T) {
