@@ -140,6 +140,24 @@ func (s *authServer) do(t *testing.T, token, method, path, body string) response
 	return s.doWith(t, s.client(nil), method, path, body, "Authorization", bearer(token))
 }
 
+// openWatch sends a watch request with token through client; the watch
+// ends with the test, or after 30 s.
+func (s *authServer) openWatch(t *testing.T, client *http.Client, token, path string) *http.Response {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", bearer(token))
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
 func bearer(token string) string {
 	if token == "" {
 		return ""
@@ -405,17 +423,7 @@ func TestAuthNamespaceScopedGrant(t *testing.T) {
 	}
 
 	// The watch in team is served: it sends the existing object.
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/api/v1/namespaces/team/configmaps?watch=true", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer alice-token")
-	watch, err := s.client(nil).Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	watch := s.openWatch(t, s.client(nil), "alice-token", "/api/v1/namespaces/team/configmaps?watch=true")
 	defer watch.Body.Close()
 	if watch.StatusCode != http.StatusOK {
 		t.Fatalf("alice watches team: %d; want 200", watch.StatusCode)
@@ -673,18 +681,8 @@ func (ca *testCA) issue(t *testing.T, cn string, orgs []string, usage x509.ExtKe
 // written when it ended, with the watch's whole duration.
 func TestHTTP2WatchRunsToItsEnd(t *testing.T) {
 	s := startAuthServer(t, false)
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/api/v1/namespaces/team/configmaps?watch=true&timeoutSeconds=2", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer alice-token")
 	start := time.Now()
-	resp, err := s.client(nil).Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := s.openWatch(t, s.client(nil), "alice-token", "/api/v1/namespaces/team/configmaps?watch=true&timeoutSeconds=2")
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || resp.ProtoMajor != 2 {
 		t.Fatalf("watch: %d over %s; want 200 over HTTP/2", resp.StatusCode, resp.Proto)
@@ -740,17 +738,7 @@ func TestHTTP11TLSWatchNoticesHangUp(t *testing.T) {
 		return m.Gauge.GetValue()
 	}
 
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/api/v1/namespaces/team/configmaps?watch=true", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer alice-token")
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := s.openWatch(t, client, "alice-token", "/api/v1/namespaces/team/configmaps?watch=true")
 	if resp.StatusCode != http.StatusOK || resp.ProtoMajor != 1 || resp.TLS == nil {
 		t.Fatalf("watch: %d over %s (TLS %v); want 200 over HTTP/1.1 with TLS", resp.StatusCode, resp.Proto, resp.TLS != nil)
 	}
