@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/concord-dev/concord/etcdstore/etcdtest"
+	"github.com/concord-dev/concord/internal/syncbuf"
 )
 
 // chromiumPath is Debian's Chromium; CI installs it.
@@ -245,16 +244,7 @@ func TestBrowserEditsWithIfMatchAcrossOrigins(t *testing.T) {
 }
 
 // browserLog keeps what chromedp and Chromium say, for a failed test only.
-type browserLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *browserLog) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(b)
-}
+type browserLog struct{ syncbuf.Buffer }
 
 func (l *browserLog) printf(format string, args ...any) {
 	fmt.Fprintf(l, format+"\n", args...)
@@ -263,10 +253,8 @@ func (l *browserLog) printf(format string, args ...any) {
 // withoutDBus is the log without the lines about the missing D-Bus, which
 // a container has none of and which say nothing about the test.
 func (l *browserLog) withoutDBus() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var keep []string
-	for _, line := range strings.Split(l.buf.String(), "\n") {
+	for _, line := range strings.Split(l.String(), "\n") {
 		if !strings.Contains(line, "dbus") {
 			keep = append(keep, line)
 		}
