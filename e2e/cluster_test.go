@@ -285,6 +285,27 @@ func (c *etcdCluster) stop(t *testing.T, i int) {
 	m.p.waitExit(t, exitTimeout)
 }
 
+// freeze sends SIGSTOP to member i: it keeps its sockets open and answers
+// nothing, as a partitioned member does. The test's cleanup thaws it so
+// that it can be stopped.
+func (c *etcdCluster) freeze(t *testing.T, i int) {
+	t.Helper()
+	m := c.members[i]
+	if err := m.p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatalf("%s: SIGSTOP: %v", m.name, err)
+	}
+	t.Cleanup(func() { _ = m.p.cmd.Process.Signal(syscall.SIGCONT) })
+}
+
+// thaw sends SIGCONT to a frozen member i.
+func (c *etcdCluster) thaw(t *testing.T, i int) {
+	t.Helper()
+	m := c.members[i]
+	if err := m.p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatalf("%s: SIGCONT: %v", m.name, err)
+	}
+}
+
 // leader returns the index of the member that is the leader now.
 func (c *etcdCluster) leader(t *testing.T) int {
 	t.Helper()
