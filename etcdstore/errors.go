@@ -18,6 +18,12 @@ var (
 	// ErrUnavailable: etcd cannot serve the request now (no leader, leader
 	// changed, member stopping, unreachable); retrying later may succeed.
 	ErrUnavailable = errors.New("etcdstore: etcd is unavailable")
+	// ErrUnknownOutcome: a write was sent and etcd did not say whether it
+	// applied it (deadline, lost connection, lost leader). It may have been
+	// committed; only a new read tells, and even that cannot tell a
+	// client's own write from another client's identical one. It wraps
+	// the cause too (ErrUnavailable, context.DeadlineExceeded, ...).
+	ErrUnknownOutcome = errors.New("etcdstore: the write's outcome is unknown")
 	// ErrInvalidKey: a key segment is empty, ".", ".." or contains "/".
 	ErrInvalidKey = errors.New("etcdstore: invalid key segment")
 )

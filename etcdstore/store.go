@@ -207,7 +207,7 @@ func (s *Store) Create(ctx context.Context, ref Ref, value []byte, guards ...Gua
 		resp, err := s.kv.OptimisticPut(ctx, key, value, 0, kubernetes.PutOptions{})
 		end(err)
 		if err != nil {
-			return 0, storeError("create", key, err)
+			return 0, writeError("create", key, err)
 		}
 		if !resp.Succeeded {
 			return 0, fmt.Errorf("create %s: %w", key, ErrExists)
@@ -226,7 +226,7 @@ func (s *Store) Create(ctx context.Context, ref Ref, value []byte, guards ...Gua
 	resp, err := s.kv.Client.Txn(ctx).If(cmps...).Then(clientv3.OpPut(key, string(value))).Else(clientv3.OpGet(key, clientv3.WithCountOnly())).Commit()
 	end(err)
 	if err != nil {
-		return 0, storeError("create", key, err)
+		return 0, writeError("create", key, err)
 	}
 	if !resp.Succeeded {
 		if resp.Responses[0].GetResponseRange().Count > 0 {
@@ -253,7 +253,7 @@ func (s *Store) Update(ctx context.Context, ref Ref, value []byte, revision int6
 	resp, err := s.kv.OptimisticPut(ctx, key, value, revision, kubernetes.PutOptions{GetOnFailure: true})
 	end(err)
 	if err != nil {
-		return 0, storeError("update", key, err)
+		return 0, writeError("update", key, err)
 	}
 	if !resp.Succeeded {
 		return 0, casFailure("update", key, revision, resp.KV)
@@ -276,7 +276,7 @@ func (s *Store) Delete(ctx context.Context, ref Ref, revision int64) (int64, err
 	resp, err := s.kv.OptimisticDelete(ctx, key, revision, kubernetes.DeleteOptions{GetOnFailure: true})
 	end(err)
 	if err != nil {
-		return 0, storeError("delete", key, err)
+		return 0, writeError("delete", key, err)
 	}
 	if !resp.Succeeded {
 		return 0, casFailure("delete", key, revision, resp.KV)

@@ -27,6 +27,10 @@ const (
 // and answers 500 without their text.
 func toStatus(err error, gr schema.GroupResource, name string) error {
 	switch {
+	case errors.Is(err, etcdstore.ErrUnknownOutcome):
+		// Before the causes below: an unknown outcome may be a deadline or
+		// an unavailable etcd too, but it must not be retried blindly.
+		return newOutcomeUnknown(gr, name, err)
 	case errors.Is(err, etcdstore.ErrNotFound), errors.Is(err, etcdstore.ErrInvalidKey):
 		// A key that cannot exist (a name like "..") is simply not found.
 		return apierrors.NewNotFound(gr, name)
@@ -58,6 +62,41 @@ func newServiceUnavailable(message string) *apierrors.StatusError {
 		Message: message,
 		Details: &metav1.StatusDetails{RetryAfterSeconds: RetryAfterSeconds},
 	}}
+}
+
+// outcomeUnknownError is the Status of a write that etcd may or may not have
+// applied. The write loops return it as it is: deciding again from a
+// re-read could find the write's own result and call it a conflict (409) or
+// the object gone (404), and a client that then retries applies it twice.
+type outcomeUnknownError struct{ *apierrors.StatusError }
+
+// isOutcomeUnknown reports whether err is a write's unknown outcome.
+func isOutcomeUnknown(err error) bool {
+	var e outcomeUnknownError
+	return errors.As(err, &e)
+}
+
+// newOutcomeUnknown is 504 Timeout, as kube-apiserver answers a storage call
+// that timed out, but without retryAfterSeconds: client-go re-sends any 5xx
+// that carries Retry-After, and a re-sent write that was applied meets its
+// own result (409, 404, AlreadyExists).
+func newOutcomeUnknown(gr schema.GroupResource, name string, cause error) outcomeUnknownError {
+	why := "etcd did not answer in time"
+	if errors.Is(cause, etcdstore.ErrUnavailable) {
+		why = "the connection to etcd was lost or etcd lost its leader"
+	}
+	what := gr.String()
+	if name != "" {
+		what = fmt.Sprintf("%s %q", gr, name)
+	}
+	return outcomeUnknownError{&apierrors.StatusError{ErrStatus: metav1.Status{
+		Status: metav1.StatusFailure,
+		Code:   http.StatusGatewayTimeout,
+		Reason: metav1.StatusReasonTimeout,
+		Message: fmt.Sprintf("%s: the outcome of the write is unknown: %s after the write was sent, so it may or may not have been applied; read the object again before retrying",
+			what, why),
+		Details: &metav1.StatusDetails{Name: name, Group: gr.Group, Kind: gr.Resource},
+	}}}
 }
 
 func newPreconditionFailed(gr schema.GroupResource, name, header, current string) *apierrors.StatusError {

@@ -291,7 +291,8 @@ func (s *Store) replace(ctx context.Context, namespace, name string, opts WriteO
 		// The first attempt may start from the remembered state. Only a
 		// guarded write can confirm that state was current, so any other
 		// outcome from it (a refusal, "unchanged", a dry run) is decided
-		// again from etcd.
+		// again from etcd — except a write etcd may have applied, whose
+		// re-read could find its own result.
 		stored, old, remembered, err := s.readForWrite(ctx, namespace, name, attempt == 0 && !opts.CreateOnly && !opts.DryRun)
 		if errors.Is(err, etcdstore.ErrNotFound) && opts.CreateOnly {
 			obj, err := build(nil)
@@ -308,7 +309,7 @@ func (s *Store) replace(ctx context.Context, namespace, name string, opts WriteO
 			return nil, false, toStatus(err, gr, name)
 		}
 		out, wrote, err := s.replaceFrom(ctx, namespace, name, opts, build, stored, old)
-		if errors.Is(err, errRaced) || (remembered && !wrote) {
+		if errors.Is(err, errRaced) || (remembered && !wrote && !isOutcomeUnknown(err)) {
 			continue
 		}
 		return out, false, err
@@ -470,13 +471,13 @@ func (s *Store) Delete(ctx context.Context, namespace, name string, opts *metav1
 	gr := s.Resource.GroupResource()
 	for attempt := range maxWriteAttempts {
 		// As in replace: a remembered state may only end in a confirmed
-		// write; any other outcome is decided again from etcd.
+		// write or an unknown outcome; any other is decided again from etcd.
 		stored, shared, remembered, err := s.readForWrite(ctx, namespace, name, attempt == 0 && !conds.DryRun)
 		if err != nil {
 			return nil, toStatus(err, gr, name)
 		}
 		out, wrote, err := s.deleteFrom(ctx, namespace, name, opts, conds, stored, shared)
-		if errors.Is(err, errRaced) || (remembered && !wrote) {
+		if errors.Is(err, errRaced) || (remembered && !wrote && !isOutcomeUnknown(err)) {
 			continue
 		}
 		return out, err
