@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -57,6 +58,16 @@ func wantsPretty(r *http.Request) bool {
 // writeError answers err as a Status. Status errors go out as they are;
 // anything else is logged in full and answered 500 without its text.
 func writeError(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(r.Context().Err(), context.Canceled) {
+		// The client hung up: nobody reads an answer, and no server error
+		// happened. The request's log line says 499 and how long it ran.
+		var status apierrors.APIStatus
+		if errors.As(err, &status) {
+			infoOf(r).reason = status.Status().Reason
+		}
+		w.WriteHeader(statusClientClosedRequest)
+		return
+	}
 	var status apierrors.APIStatus
 	if !errors.As(err, &status) {
 		logger(r).Error("internal error", "method", r.Method, "path", r.URL.Path, "err", err)
@@ -75,6 +86,11 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	encode(w, r, info, int(st.Code), &st)
 }
+
+// statusClientClosedRequest is the code logged and counted for a request
+// whose client hung up before the answer (nginx's 499): not a 5xx, since the
+// server did not fail.
+const statusClientClosedRequest = 499
 
 // logger is the request's logger: its lines carry the request's auditID.
 // It is made when first needed; most requests log only their final line.
