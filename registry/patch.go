@@ -35,6 +35,15 @@ func (s *Store) Patch(ctx context.Context, namespace, name string, pt types.Patc
 			return nil, apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("The allowed maximum operations in a JSON patch is %d, got %d", maxJSONPatchOperations, len(ops)))
 		}
 	}
+	if !json.Valid(patch) {
+		// Malformed whatever it is applied to: answer before any etcd
+		// call, with the error applying it would give.
+		_, err := s.applyPatch(pt, []byte("{}"), patch)
+		if err == nil {
+			err = apierrors.NewBadRequest("the patch is not valid JSON")
+		}
+		return nil, err
+	}
 	obj, _, err := s.replace(ctx, namespace, name, opts, func(old Object) (Object, error) {
 		current, err := json.Marshal(old)
 		if err != nil {

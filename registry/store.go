@@ -189,10 +189,8 @@ func (s *Store) Create(ctx context.Context, namespace string, obj Object, opts W
 		if generated {
 			obj.SetName(generateName(obj.GetGenerateName()))
 		}
-		errs := apivalidation.ValidateObjectMetaAccessor(obj, s.Resource.Namespaced, s.Resource.NameValidation, field.NewPath("metadata"))
-		errs = append(errs, s.Resource.Strategy.Validate(obj)...)
-		if len(errs) > 0 {
-			return nil, apierrors.NewInvalid(s.Resource.GroupVersionKind().GroupKind(), obj.GetName(), errs)
+		if err := s.validateAlone(obj); err != nil {
+			return nil, err
 		}
 		value, err := s.encode(s.keyOf(namespace, obj.GetName()), obj)
 		if err != nil {
@@ -276,7 +274,24 @@ func (s *Store) Update(ctx context.Context, namespace, name string, obj Object, 
 			"%s %q: an update must say which version it replaces: send metadata.resourceVersion from the object you read, or an If-Match header with its ETag", gr, name))
 	}
 
+	if err := s.validateAlone(obj); err != nil {
+		return nil, false, err
+	}
 	return s.replace(ctx, namespace, name, conds, func(Object) (Object, error) { return obj, nil })
+}
+
+// validateAlone runs, before any etcd call, the checks of a new object that
+// need no stored state — its metadata (name, labels, annotations, ...) and
+// its kind's own rules (data keys, sizes) — so that bad input is answered
+// 422 whatever etcd is doing. prepareUpdate checks everything again with
+// the stored object.
+func (s *Store) validateAlone(obj Object) error {
+	errs := apivalidation.ValidateObjectMetaAccessor(obj, s.Resource.Namespaced, s.Resource.NameValidation, field.NewPath("metadata"))
+	errs = append(errs, s.Resource.Strategy.Validate(obj)...)
+	if len(errs) > 0 {
+		return apierrors.NewInvalid(s.Resource.GroupVersionKind().GroupKind(), obj.GetName(), errs)
+	}
+	return nil
 }
 
 // replace is the write loop of Update and Patch: read the object, check
