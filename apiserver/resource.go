@@ -153,6 +153,10 @@ func (h *resourceHandler) item(w http.ResponseWriter, r *http.Request) {
 			writeError(w, r, apierrors.NewBadRequest(err.Error()))
 			return
 		}
+		if err := h.store.AwaitResourceVersion(r.Context(), r.URL.Query().Get("resourceVersion")); err != nil {
+			writeError(w, r, err)
+			return
+		}
 		if wantsPlainJSON(r) {
 			// Objects are stored as JSON: pass it through.
 			raw, rv, err := h.store.GetJSON(r.Context(), namespace, name)
