@@ -46,7 +46,11 @@ func (c *Compactor) Round(ctx context.Context) (_ int64, err error) {
 		clientv3.OpGet(c.key),
 	).Commit()
 	if err != nil {
-		return 0, fmt.Errorf("compaction round: %w", err)
+		// The outcome may be unknown; either way c.version is left as it
+		// was, so if the put was applied the next round finds the key
+		// moved, follows it and compacts nothing: history is never cut
+		// shorter than an interval.
+		return 0, writeError("compaction round", c.key, err)
 	}
 	current := resp.Header.Revision
 	if !resp.Succeeded {
