@@ -41,13 +41,13 @@ const (
 	logTailLines = 120
 )
 
-// Flags every replica of the fault tests gets: a short shutdown delay
-// (above HAProxy's inter × fall = 400ms, so the balancer has stopped
+// Flags every replica of the fault tests gets: deploy/local's shutdown
+// delay (above HAProxy's inter × fall = 1.5s, so the balancer has stopped
 // sending before the replica stops taking requests), a short etcd request
 // timeout, and no compaction of its own (the tests compact when they mean
 // to); and openServingFlags (plain HTTP, open to all).
 var faultReplicaFlags = append([]string{
-	"--shutdown-delay-duration", "1s",
+	"--shutdown-delay-duration", "2s",
 	"--etcd-request-timeout", "2s",
 	"--etcd-compaction-interval", "0",
 }, openServingFlags...)
@@ -422,7 +422,7 @@ func (r *faultReplica) terminate(t *testing.T) int {
 }
 
 // haproxy is HAProxy in front of the replicas, configured as
-// deploy/local/haproxy.cfg.in with a faster health check.
+// deploy/local/haproxy.cfg.in, health checks included.
 type haproxy struct {
 	url      string
 	statsURL string
@@ -454,7 +454,8 @@ backend replicas
     balance roundrobin
     option httpchk GET /readyz
     http-check expect status 200
-    default-server check inter 200ms fall 2 rise 2
+    timeout check 500ms
+    default-server check inter 500ms fall 3 rise 2
 %s
 listen stats
     bind 127.0.0.1:%d
@@ -533,4 +534,63 @@ func (lb *haproxy) waitServer(t *testing.T, server, state string) time.Duration 
 		}
 		return ""
 	})
+}
+
+// etcdClusterOptions change how startEtcdClusterWith starts the members;
+// the zero value is startEtcdCluster's cluster.
+type etcdClusterOptions struct {
+	// Fsync keeps etcd's fsync of its WAL and database on (no
+	// --unsafe-no-fsync): a commit then takes as long as on a real disk,
+	// which widens the window in which a member dies with a transaction
+	// committed but not yet answered.
+	Fsync bool
+}
+
+// startEtcdClusterWith is startEtcdCluster with options.
+func startEtcdClusterWith(t *testing.T, opts etcdClusterOptions) *etcdCluster {
+	t.Helper()
+	if !opts.Fsync {
+		return startEtcdCluster(t)
+	}
+	etcdBinary(t) // build it before anything starts
+	ports := loopbackPorts(t, 6)
+	c := &etcdCluster{}
+	var initial []string
+	for i := range 3 {
+		initial = append(initial, fmt.Sprintf("etcd%d=http://127.0.0.1:%d", i+1, ports[3+i]))
+		c.endpoints = append(c.endpoints, fmt.Sprintf("http://127.0.0.1:%d", ports[i]))
+	}
+	for i := range 3 {
+		m := &etcdMember{name: fmt.Sprintf("etcd%d", i+1), clientURL: c.endpoints[i], dir: t.TempDir()}
+		peerURL := fmt.Sprintf("http://127.0.0.1:%d", ports[3+i])
+		m.args = []string{
+			"--name", m.name,
+			"--data-dir", filepath.Join(m.dir, "data"),
+			"--listen-client-urls", m.clientURL, "--advertise-client-urls", m.clientURL,
+			"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
+			"--initial-cluster", strings.Join(initial, ","),
+			"--initial-cluster-state", "new", "--initial-cluster-token", "concord-fault-test",
+		}
+		c.members = append(c.members, m)
+	}
+	for i := range c.members {
+		c.start(t, i)
+	}
+	for i := range c.members {
+		c.waitHealthy(t, i)
+	}
+	client, err := clientv3.New(clientv3.Config{Endpoints: c.endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatalf("etcd client: %v", err)
+	}
+	t.Cleanup(func() { client.Close() })
+	c.client = client
+	return c
+}
+
+// kill SIGKILLs member i and waits for its exit: it stops wherever it is,
+// with requests in flight; restart starts it again.
+func (c *etcdCluster) kill(t *testing.T, i int) {
+	t.Helper()
+	c.members[i].p.kill(t)
 }
