@@ -1,0 +1,394 @@
+package etcdstore_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"maps"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/concord-dev/concord/etcdstore"
+	"github.com/concord-dev/concord/etcdstore/etcdtest"
+	"github.com/concord-dev/concord/internal/syncbuf"
+)
+
+// freezableProxy forwards TCP connections to an etcd member; frozen, it
+// keeps every connection open and passes nothing either way, as a
+// SIGSTOPped or partitioned member does.
+type freezableProxy struct {
+	url string
+	ln  net.Listener
+
+	mu     sync.Mutex
+	frozen bool
+	thawed chan struct{} // closed by thaw
+	conns  []net.Conn
+	wg     sync.WaitGroup
+}
+
+func startProxy(t *testing.T, target string) *freezableProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &freezableProxy{url: "http://" + ln.Addr().String(), ln: ln, thawed: make(chan struct{})}
+	addr := strings.TrimPrefix(target, "http://")
+	p.wg.Go(func() {
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", addr)
+			if err != nil {
+				in.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, in, out)
+			p.mu.Unlock()
+			p.wg.Go(func() { p.pipe(out, in) })
+			p.wg.Go(func() { p.pipe(in, out) })
+		}
+	})
+	t.Cleanup(func() {
+		p.thaw()
+		ln.Close()
+		p.mu.Lock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+		p.mu.Unlock()
+		p.wg.Wait()
+	})
+	return p
+}
+
+// pipe copies from src to dst, holding each chunk while the proxy is
+// frozen.
+func (p *freezableProxy) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.wait()
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			dst.Close()
+			return
+		}
+	}
+}
+
+func (p *freezableProxy) wait() {
+	p.mu.Lock()
+	frozen, thawed := p.frozen, p.thawed
+	p.mu.Unlock()
+	if frozen {
+		<-thawed
+	}
+}
+
+func (p *freezableProxy) freeze() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.frozen {
+		p.frozen, p.thawed = true, make(chan struct{})
+	}
+}
+
+func (p *freezableProxy) thaw() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.frozen {
+		p.frozen = false
+		close(p.thawed)
+	}
+}
+
+// twoEndpoints is one etcd reached through two proxies: two endpoints of
+// the same data, either of which can be frozen.
+func twoEndpoints(t *testing.T) (clientv3.Config, *clientv3.Client, [2]*freezableProxy) {
+	t.Helper()
+	e := etcdtest.Start(t)
+	proxies := [2]*freezableProxy{startProxy(t, e.Endpoint), startProxy(t, e.Endpoint)}
+	cfg := clientv3.Config{
+		Endpoints:   []string{proxies[0].url, proxies[1].url},
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+	}
+	client, err := clientv3.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	// Both connections up before anything is frozen.
+	for range 4 {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		_, err := client.Get(ctx, "/warm-up")
+		cancel()
+		if err != nil {
+			t.Fatalf("etcd through the proxies: %v", err)
+		}
+	}
+	return cfg, client, proxies
+}
+
+type monitorLog struct {
+	Level    string `json:"level"`
+	Msg      string `json:"msg"`
+	Endpoint string `json:"endpoint"`
+	Err      string `json:"err"`
+}
+
+func logLines(t *testing.T, b *syncbuf.Buffer) []monitorLog {
+	t.Helper()
+	var out []monitorLog
+	for line := range strings.SplitSeq(strings.TrimSpace(b.String()), "\n") {
+		if line == "" {
+			continue
+		}
+		var l monitorLog
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatalf("log line is not JSON: %v: %s", err, line)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// gauges are the values of the metric name by endpoint.
+func gauges(t *testing.T, reg *prometheus.Registry, name string) map[string]float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "endpoint" {
+					out[l.GetValue()] = m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return out
+}
+
+// waitEndpoints waits until the client's endpoints are want and returns
+// how long that took.
+func waitEndpoints(t *testing.T, client *clientv3.Client, want []string, within time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !slices.Equal(client.Endpoints(), want) {
+		if time.Since(start) > within {
+			t.Fatalf("client endpoints %v after %s; want %v", client.Endpoints(), within, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// gets sends n reads, each with its own short deadline, and returns how
+// many failed.
+func gets(t *testing.T, client *clientv3.Client, n int) int {
+	t.Helper()
+	failed := 0
+	for range n {
+		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+		_, err := client.Get(ctx, "/probe-me")
+		cancel()
+		if err != nil {
+			failed++
+		}
+	}
+	return failed
+}
+
+// TestFrozenMemberWithoutMonitor shows what the monitor is for: a member
+// that keeps its connection open and answers nothing keeps getting the
+// client's requests.
+func TestFrozenMemberWithoutMonitor(t *testing.T) {
+	_, client, proxies := twoEndpoints(t)
+	proxies[0].freeze()
+	if failed := gets(t, client, 6); failed == 0 {
+		t.Errorf("6 reads with one of two members frozen and no monitor: none failed; want some sent to the frozen member")
+	}
+}
+
+// TestMonitorRoutesAroundAFrozenMember: with the default probe settings,
+// a frozen member is out of the client's endpoints within 2s, requests
+// then succeed, the metrics and the log say so, and the member is back
+// soon after it thaws.
+func TestMonitorRoutesAroundAFrozenMember(t *testing.T) {
+	cfg, client, proxies := twoEndpoints(t)
+	reg := prometheus.NewRegistry()
+	var logs syncbuf.Buffer
+	m, err := etcdstore.StartMonitor(client, etcdstore.MonitorConfig{
+		Client: cfg, Prefix: "/registry", Registerer: reg,
+		Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	a, b := proxies[0].url, proxies[1].url
+	if err := m.Check(t.Context()); err != nil {
+		t.Fatalf("Check with both members up: %v", err)
+	}
+	if got, want := gauges(t, reg, "concord_etcd_endpoint_healthy"), map[string]float64{a: 1, b: 1}; !maps.Equal(got, want) {
+		t.Errorf("concord_etcd_endpoint_healthy = %v; want %v", got, want)
+	}
+
+	proxies[0].freeze()
+	took := waitEndpoints(t, client, []string{b}, 3*time.Second)
+	t.Logf("frozen member out of the client's endpoints after %s", took.Round(time.Millisecond))
+	if took > 2*time.Second {
+		t.Errorf("frozen member taken out after %s; want within 2s", took)
+	}
+	if failed := gets(t, client, 20); failed > 0 {
+		t.Errorf("%d of 20 reads failed after the frozen member was taken out; want none", failed)
+	}
+	start := time.Now()
+	if err := m.Check(t.Context()); err != nil {
+		t.Errorf("Check with one member frozen: %v; want nil (the other answers)", err)
+	}
+	if took := time.Since(start); took > 10*time.Millisecond {
+		t.Errorf("Check took %s; want it to answer from the last probes at once", took)
+	}
+	if got, want := gauges(t, reg, "concord_etcd_endpoint_healthy"), map[string]float64{a: 0, b: 1}; !maps.Equal(got, want) {
+		t.Errorf("concord_etcd_endpoint_healthy with %s frozen = %v; want %v", a, got, want)
+	}
+	for ep, ts := range gauges(t, reg, "concord_etcd_endpoint_last_check_timestamp_seconds") {
+		if age := time.Since(time.Unix(0, int64(ts*1e9))); age < 0 || age > 2*time.Second {
+			t.Errorf("concord_etcd_endpoint_last_check_timestamp_seconds{endpoint=%q} is %s old; want a check within 2s", ep, age)
+		}
+	}
+	states := m.Endpoints()
+	if len(states) != 2 || states[0].Endpoint != a || states[0].Healthy || states[0].Err == nil || !states[1].Healthy {
+		t.Errorf("Endpoints() = %+v; want %s unhealthy with an error, %s healthy", states, a, b)
+	}
+
+	proxies[0].thaw()
+	took = waitEndpoints(t, client, []string{a, b}, 3*time.Second)
+	t.Logf("thawed member back in the client's endpoints after %s", took.Round(time.Millisecond))
+
+	var out, back bool
+	for _, l := range logLines(t, &logs) {
+		switch {
+		case l.Level == "WARN" && l.Endpoint == a && l.Err != "" && strings.HasPrefix(l.Msg, "etcd member did not answer"):
+			out = true
+		case l.Level == "INFO" && l.Endpoint == a && strings.HasPrefix(l.Msg, "etcd member answers again"):
+			back = true
+		}
+	}
+	if !out || !back {
+		t.Errorf("log: a WARN line for %s taken out with its error: %v, an INFO line for it back: %v; want both; log:\n%s", a, out, back, logs.String())
+	}
+}
+
+// TestMonitorAllMembersFrozen: with every member frozen Check fails
+// within a probe timeout of ReadyWithin, at once each time, and the client
+// keeps every endpoint (a client without endpoints could not recover).
+func TestMonitorAllMembersFrozen(t *testing.T) {
+	cfg, client, proxies := twoEndpoints(t)
+	m, err := etcdstore.StartMonitor(client, etcdstore.MonitorConfig{Client: cfg, Prefix: "/registry"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+
+	proxies[0].freeze()
+	proxies[1].freeze()
+	frozen := time.Now()
+	var err2 error
+	for {
+		start := time.Now()
+		err2 = m.Check(t.Context())
+		if took := time.Since(start); took > 10*time.Millisecond {
+			t.Fatalf("Check took %s with every member frozen; want it to answer at once", took)
+		}
+		if err2 != nil || time.Since(frozen) > 5*time.Second {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	failedAfter := time.Since(frozen)
+	t.Logf("Check failed %s after every member froze: %v", failedAfter.Round(time.Millisecond), err2)
+	if err2 == nil || failedAfter > etcdstore.DefaultReadyWithin+etcdstore.DefaultProbeInterval+200*time.Millisecond {
+		t.Errorf("Check %s after freezing every member: %v; want an error within ReadyWithin and a probe interval", failedAfter, err2)
+	}
+	if !errors.Is(err2, etcdstore.ErrUnavailable) {
+		t.Errorf("Check error %v; want ErrUnavailable", err2)
+	}
+	time.Sleep(etcdstore.DefaultProbeTimeout + etcdstore.DefaultProbeInterval)
+	if got, want := client.Endpoints(), cfg.Endpoints; !slices.Equal(got, want) {
+		t.Errorf("client endpoints with every member frozen = %v; want all of them, %v", got, want)
+	}
+
+	proxies[0].thaw()
+	proxies[1].thaw()
+	thawed := time.Now()
+	for m.Check(t.Context()) != nil {
+		if time.Since(thawed) > 3*time.Second {
+			t.Fatalf("Check still fails 3s after the thaw: %v", m.Check(t.Context()))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("Check passes %s after the thaw", time.Since(thawed).Round(time.Millisecond))
+}
+
+// TestMonitorOneEndpoint: with one endpoint (dev mode) the monitor only
+// provides the readiness check; a stopped etcd fails it.
+func TestMonitorOneEndpoint(t *testing.T) {
+	e := etcdtest.Start(t)
+	cfg := clientv3.Config{Endpoints: []string{e.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+	m, err := etcdstore.StartMonitor(e.Client, etcdstore.MonitorConfig{Client: cfg, Prefix: "registry"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Check(t.Context()); err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+	e.Stop()
+	stopped := time.Now()
+	for m.Check(t.Context()) == nil {
+		if time.Since(stopped) > 3*time.Second {
+			t.Fatalf("Check still passes 3s after etcd stopped")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := e.Client.Endpoints(); !slices.Equal(got, cfg.Endpoints) {
+		t.Errorf("client endpoints = %v; want %v", got, cfg.Endpoints)
+	}
+	m.Close()
+	m.Close() // a second Close is a no-op
+	if err := m.Check(t.Context()); !errors.Is(err, etcdstore.ErrUnavailable) {
+		t.Errorf("Check after Close = %v; want ErrUnavailable", err)
+	}
+}
+
+func TestMonitorNeedsEndpoints(t *testing.T) {
+	if _, err := etcdstore.StartMonitor(nil, etcdstore.MonitorConfig{}); err == nil {
+		t.Errorf("StartMonitor without endpoints: no error")
+	}
+}
