@@ -17,8 +17,11 @@ type healthCheck struct {
 	check func(ctx context.Context) error
 }
 
-// storageCheckTimeout bounds the etcd check, as kube-apiserver's
-// --etcd-healthcheck-timeout (2s) does.
+// storageCheckTimeout bounds an etcd check that asks etcd, as
+// kube-apiserver's --etcd-healthcheck-timeout (2s) does. The server's own
+// check (etcdstore.Monitor.Check) answers from the monitor's last probes
+// at once: a /readyz that waited for etcd could outlast the load
+// balancer's check timeout and take healthy replicas out.
 const storageCheckTimeout = 2 * time.Second
 
 // errShuttingDown is the shutdown check's failure.
@@ -30,7 +33,9 @@ var errShuttingDown = errors.New("process is shutting down")
 //	livez:   ping                  (no etcd: a replica cut off from etcd is
 //	                                alive, restarting it would not help)
 //	readyz:  ping, etcd, shutdown  (take this replica out of the load
-//	                                balancer when etcd is gone or it stops)
+//	                                balancer when etcd is gone or it stops;
+//	                                etcd: a linearizable read succeeded
+//	                                within the last second)
 //	healthz: ping, etcd            (deprecated in Kubernetes; kept for tools)
 func healthEndpoints(storage func(ctx context.Context) error, shutdownInitiated <-chan struct{}) map[string]*healthEndpoint {
 	ping := healthCheck{"ping", func(context.Context) error { return nil }}

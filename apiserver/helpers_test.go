@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/concord-dev/concord/apiserver"
@@ -70,8 +71,9 @@ type serverOptions struct {
 	storeOpts []registry.StoreOption
 }
 
-// startServerWithOptions starts a server as run does: etcd health check,
-// store metrics and API metrics in one registry that /metrics serves.
+// startServerWithOptions starts a server as run does: the etcd endpoint
+// monitor as the etcd health check, store, monitor and API metrics in one
+// registry that /metrics serves.
 func startServerWithOptions(t testing.TB, opts serverOptions) *testServer {
 	t.Helper()
 	if opts.watch == (registry.WatchConfig{}) {
@@ -94,12 +96,21 @@ func startServerWithOptions(t testing.TB, opts serverOptions) *testServer {
 		t.Fatalf("store metrics: %v", err)
 	}
 	store := etcdstore.NewWithOptions(e.Client, "/registry", etcdstore.Options{RequestTimeout: opts.etcdRequestTimeout, Metrics: storeMetrics})
+	monitor, err := etcdstore.StartMonitor(e.Client, etcdstore.MonitorConfig{
+		Client:     clientv3.Config{Endpoints: []string{e.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()},
+		Prefix:     "/registry",
+		Registerer: reg,
+	})
+	if err != nil {
+		t.Fatalf("etcd endpoint monitor: %v", err)
+	}
+	t.Cleanup(monitor.Close)
 	stores := registry.NewStores(opts.wrap(store), opts.watch, opts.storeOpts...)
 	handler := apiserver.New(apiserver.Config{
 		Stores:             stores,
 		Logger:             slog.New(slog.NewJSONHandler(opts.logOut, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		CORSAllowedOrigins: opts.cors,
-		StorageCheck:       store.Check,
+		StorageCheck:       monitor.Check,
 		ShutdownInitiated:  opts.shutdown,
 		Metrics:            reg,
 

@@ -34,9 +34,11 @@ type Config struct {
 	RequestTimeout time.Duration
 	// CORSAllowedOrigins are the origins browsers may call from; none: CORS off.
 	CORSAllowedOrigins []*regexp.Regexp
-	// StorageCheck reports whether etcd serves a linearizable read; it is
-	// the etcd check of /readyz and /healthz, run with a 2 s deadline. Nil
-	// leaves the check out.
+	// StorageCheck reports whether etcd serves linearizable reads; it is
+	// the etcd check of /readyz and /healthz. It should answer at once from
+	// a check run in the background (etcdstore.Monitor.Check), so that a
+	// probe never waits for etcd; one that asks etcd is cut off after 2 s.
+	// Nil leaves the check out.
 	StorageCheck func(ctx context.Context) error
 	// ShutdownInitiated is closed when the server begins to shut down:
 	// from then on /readyz fails (its shutdown check) while requests are

@@ -35,7 +35,8 @@ import (
 //     replica out, stop taking requests: watches end at once (their clients
 //     reconnect elsewhere), other requests may finish within
 //     --shutdown-timeout;
-//  3. close the etcd client, stop the embedded etcd.
+//  3. stop the etcd endpoint monitor, close the etcd client, stop the
+//     embedded etcd.
 //
 // ready, if not nil, is called with the server's URL once it serves.
 func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url string)) error {
@@ -88,7 +89,8 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 		endpoints = []string{embedded.Endpoint()}
 	}
 
-	client, err := connectEtcd(ctx, log, endpoints, etcdTLS, cfg.EtcdDialTimeout)
+	etcdCfg := etcdClientConfig(endpoints, etcdTLS)
+	client, err := connectEtcd(ctx, log, etcdCfg, cfg.EtcdDialTimeout)
 	if err != nil {
 		return err
 	}
@@ -106,6 +108,15 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 		return err
 	}
 	compactions := newCompactionMetrics(metrics)
+	// The monitor keeps requests away from members that stop answering and
+	// is what /readyz's etcd check reads.
+	monitor, err := etcdstore.StartMonitor(client, etcdstore.MonitorConfig{
+		Client: etcdCfg, Prefix: cfg.EtcdPrefix, Logger: log, Registerer: metrics,
+	})
+	if err != nil {
+		return err
+	}
+	defer monitor.Close()
 
 	store := etcdstore.NewWithOptions(client, cfg.EtcdPrefix, etcdstore.Options{RequestTimeout: cfg.EtcdRequestTimeout, Metrics: storeMetrics})
 	storeOpts := []registry.StoreOption{registry.WithEncryption(encryptAtRest)}
@@ -130,7 +141,7 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 		Logger:             log,
 		RequestTimeout:     cfg.RequestTimeout,
 		CORSAllowedOrigins: origins,
-		StorageCheck:       store.Check,
+		StorageCheck:       monitor.Check,
 		ShutdownInitiated:  shutdownInitiated,
 		Metrics:            metrics,
 
@@ -290,15 +301,40 @@ func newLogger(format string, out io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(out, nil))
 }
 
+// Keepalive of the etcd client's connections, kube-apiserver's
+// (apiserver/pkg/storage/storagebackend/factory/etcd3.go, newETCD3Client):
+// after etcdKeepaliveTime without a frame from a member the client pings
+// it, and closes the connection when the ping is not answered within
+// etcdKeepaliveTimeout, so that requests and watches move to another
+// member. That takes up to 40 s; the endpoint monitor (etcdstore.Monitor)
+// takes a silent member out within about a second.
+const (
+	etcdKeepaliveTime    = 30 * time.Second
+	etcdKeepaliveTimeout = 10 * time.Second
+)
+
+// etcdClientConfig is the configuration of the server's etcd client, and of
+// the endpoint monitor's clients. Like kube-apiserver it leaves
+// PermitWithoutStream off: etcd's keepalive enforcement policy does not
+// permit pings on a connection without streams and closes a connection
+// that keeps sending them (too_many_pings); the client pings while
+// requests or watches (the read caches') are open.
+func etcdClientConfig(endpoints []string, tlsCfg *tls.Config) clientv3.Config {
+	return clientv3.Config{
+		Endpoints:            endpoints,
+		DialTimeout:          5 * time.Second,
+		DialKeepAliveTime:    etcdKeepaliveTime,
+		DialKeepAliveTimeout: etcdKeepaliveTimeout,
+		TLS:                  tlsCfg,
+		Logger:               zap.NewNop(),
+	}
+}
+
 // connectEtcd waits until etcd answers a read, for at most timeout, and says
 // which endpoints did not answer and for how long.
-func connectEtcd(ctx context.Context, log *slog.Logger, endpoints []string, tlsCfg *tls.Config, timeout time.Duration) (*clientv3.Client, error) {
-	client, err := clientv3.New(clientv3.Config{
-		Endpoints:   endpoints,
-		DialTimeout: 5 * time.Second,
-		TLS:         tlsCfg,
-		Logger:      zap.NewNop(),
-	})
+func connectEtcd(ctx context.Context, log *slog.Logger, cfg clientv3.Config, timeout time.Duration) (*clientv3.Client, error) {
+	endpoints := cfg.Endpoints
+	client, err := clientv3.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("etcd client for %s: %w", strings.Join(endpoints, ","), err)
 	}
