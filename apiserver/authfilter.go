@@ -60,7 +60,10 @@ func withAuth(next http.Handler, authn *Authentication, authz Authorizer, resour
 			writeError(w, r, forbidden(attrs, reason))
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), userKey{}, user)))
+		ctx := context.WithValue(r.Context(), userKey{}, user)
+		// A handler may need to authorize more (checkUnsafeDelete).
+		ctx = context.WithValue(ctx, authorizerKey{}, authz)
+		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 

@@ -57,10 +57,11 @@ type policyFile struct {
 	Rules []PolicyRule `json:"rules"`
 }
 
-// resourceVerbs are the verbs of resource rules; nonResourceVerbs those
-// of non-resource rules.
+// resourceVerbs are the verbs of resource rules (unsafe-delete-ignore-read-errors:
+// also needed to delete an object whose stored value cannot be read, as in
+// kube-apiserver); nonResourceVerbs those of non-resource rules.
 var (
-	resourceVerbs    = []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection", "*"}
+	resourceVerbs    = []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection", unsafeDeleteVerb, "*"}
 	nonResourceVerbs = []string{"get", "head", "post", "put", "patch", "delete", "options", "*"}
 )
 

@@ -130,6 +130,9 @@ func (h *resourceHandler) deleteOptions(w http.ResponseWriter, r *http.Request) 
 	if err != nil {
 		return nil, opts, err
 	}
+	if err := checkUnsafeDelete(r, delOpts, mux.Vars(r)["name"] == ""); err != nil {
+		return nil, opts, err
+	}
 	opts.DryRun = opts.DryRun || len(delOpts.DryRun) > 0
 	return delOpts, opts, nil
 }

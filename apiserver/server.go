@@ -112,6 +112,7 @@ func New(cfg Config) *Handler {
 		cfg.Metrics = prometheus.NewRegistry()
 	}
 	m := newMetrics(cfg.Metrics, cfg.Stores)
+	reportCorruptObjects(cfg.Stores, cfg.Logger, cfg.Metrics)
 	router := mux.NewRouter()
 	// Keep ".." and "." in paths so that they are refused as names, not
 	// redirected somewhere else.

@@ -38,8 +38,12 @@ type event struct {
 	namespace string
 	// obj is the new state, nil on delete.
 	obj Object
-	// prev is the state before, stamped with rev; nil on create.
+	// prev is the state before, stamped with rev; nil on create, and when
+	// it cannot be read (no watcher can have had it).
 	prev Object
+	// corrupt: the new state cannot be read; obj is nil. A watcher that
+	// could select it gets an ERROR naming it and ends (corrupt.go).
+	corrupt *corruptObjectError
 	// progress marks a report that all changes up to rev were delivered.
 	progress bool
 	// shared: the event came from the fan-out and every watcher sees the
@@ -231,7 +235,7 @@ func (b *broadcaster) start(ctx context.Context) (<-chan struct{}, error) {
 var errWatchStopped = errors.New("registry: watches stopped for shutdown")
 
 // run moves the etcd stream's events into the history and the queues. When
-// the stream ends — an error, a lost leader, an undecodable value — every
+// the stream ends — an error, a lost leader — every
 // watcher is ended (clients watch again from their last resourceVersion) and
 // the next watch restarts the fan-out.
 func (b *broadcaster) run(w *etcdstore.Watch, gen int) {
@@ -399,7 +403,11 @@ func (s *Store) remember(ev etcdstore.Event, e *event) {
 }
 
 // decodeEvent decodes both states of a change; the previous state carries
-// the change's revision, as kube-apiserver's DELETED events do.
+// the change's revision, as kube-apiserver's DELETED events do. A state
+// that cannot be read is kept as the event's corrupt (the new state) or
+// left out (the previous one: every watcher that could have had it got an
+// ERROR when it was written, and every list that could hold it failed), so
+// that one bad value ends only the watches it concerns, never the stream.
 func (s *Store) decodeEvent(ev etcdstore.Event) (*event, error) {
 	e := &event{rev: ev.Revision}
 	if s.Resource.Namespaced {
@@ -414,12 +422,17 @@ func (s *Store) decodeEvent(ev etcdstore.Event) (*event, error) {
 	var err error
 	if ev.Value != nil {
 		if e.obj, err = s.decode(key, etcdstore.Object{Value: ev.Value, Revision: ev.Revision}); err != nil {
-			return nil, fmt.Errorf("watch event %s: %w", ev.Key, err)
+			var ok bool
+			if e.corrupt, ok = asCorrupt(err); !ok {
+				return nil, fmt.Errorf("watch event %s: %w", ev.Key, err)
+			}
 		}
 	}
 	if ev.PrevValue != nil {
 		if e.prev, err = s.decode(key, etcdstore.Object{Value: ev.PrevValue, Revision: ev.Revision}); err != nil {
-			return nil, fmt.Errorf("watch event %s (previous): %w", ev.Key, err)
+			if _, ok := asCorrupt(err); !ok {
+				return nil, fmt.Errorf("watch event %s (previous): %w", ev.Key, err)
+			}
 		}
 	}
 	return e, nil

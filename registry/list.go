@@ -95,6 +95,7 @@ func (s *Store) List(ctx context.Context, namespace string, opts *metainternalve
 		return nil, err
 	}
 	var items []runtime.Object
+	bad := s.newCorruptItems(plan.filter)
 	rev, token, remaining, err := s.listPages(ctx, namespace, opts, plan, func(key string, stored etcdstore.Object, cached *cacheEntry) (bool, error) {
 		var obj Object
 		var err error
@@ -104,7 +105,7 @@ func (s *Store) List(ctx context.Context, namespace string, opts *metainternalve
 			obj, err = s.decode(key, stored)
 		}
 		if err != nil {
-			return false, err
+			return false, bad.add(err)
 		}
 		if !plan.filter.matches(obj) {
 			return false, nil
@@ -112,6 +113,9 @@ func (s *Store) List(ctx context.Context, namespace string, opts *metainternalve
 		items = append(items, obj)
 		return true, nil
 	})
+	if err == nil {
+		err = bad.err() // no partial list: it fails naming what it cannot read
+	}
 	if err != nil {
 		return nil, err
 	}

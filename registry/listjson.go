@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
@@ -87,18 +86,22 @@ func (s *Store) ListJSON(ctx context.Context, namespace string, opts *metaintern
 	if opts.Limit > 0 {
 		items = make([]JSONItem, 0, min(opts.Limit, 10000))
 	}
+	bad := s.newCorruptItems(plan.filter)
 	rev, token, remaining, err := s.listPages(ctx, namespace, opts, plan, func(key string, stored etcdstore.Object, _ *cacheEntry) (bool, error) {
 		plaintext, _, err := s.unseal(key, stored.Value)
 		if err != nil {
-			return false, err
+			return false, bad.add(s.corrupt(key, stored, untransformable, err))
 		}
 		item, err := newJSONItem(plaintext, stored.Revision)
 		if err != nil {
-			return false, fmt.Errorf("stored %s %s: %w", s.Resource.Kind, key, err)
+			return false, bad.add(s.notJSONObject(key, stored, err))
 		}
 		items = append(items, item)
 		return true, nil
 	})
+	if err == nil {
+		err = bad.err() // no partial list: it fails naming what it cannot read
+	}
 	if err != nil {
 		return nil, true, err
 	}
@@ -194,13 +197,14 @@ func (s *Store) WrittenJSON(obj Object) (_ []byte, ok bool) {
 // storedJSON is the stored value of namespace/name, decrypted, with its
 // resourceVersion inserted.
 func (s *Store) storedJSON(namespace, name string, stored etcdstore.Object) ([]byte, error) {
-	plaintext, _, err := s.unseal(s.keyOf(namespace, name), stored.Value)
+	key := s.keyOf(namespace, name)
+	plaintext, _, err := s.unseal(key, stored.Value)
 	if err != nil {
-		return nil, err
+		return nil, s.corrupt(key, stored, untransformable, err)
 	}
 	out, err := withResourceVersion(plaintext, stored.Revision)
 	if err != nil {
-		return nil, fmt.Errorf("stored %s %s/%s: %w", s.Resource.Kind, namespace, name, err)
+		return nil, s.notJSONObject(key, stored, err)
 	}
 	return out, nil
 }

@@ -64,6 +64,8 @@ type Store struct {
 	// contents are the namespaced stores, for the Namespace store: what
 	// deleting a namespace deletes.
 	contents []*Store
+	// corruptions reports the stored values that cannot be read (corrupt.go).
+	corruptions corruptReports
 }
 
 // NewStore returns the store of res over storage.
@@ -480,6 +482,9 @@ func (s *Store) prepareUpdate(in, old Object) (Object, error) {
 // one etcd transaction on the revision they were checked against; if
 // another write lands in between, it re-reads and checks again.
 func (s *Store) Delete(ctx context.Context, namespace, name string, opts *metav1.DeleteOptions, conds WriteOptions) (runtime.Object, error) {
+	if IgnoresReadErrors(opts) { // a value that cannot be read (corrupt.go)
+		return s.deleteCorrupt(ctx, namespace, name, conds)
+	}
 	if s.Resource.IsNamespace {
 		return s.deleteNamespace(ctx, name, opts, conds)
 	}
@@ -626,17 +631,17 @@ var serializeBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 func (s *Store) decode(key string, stored etcdstore.Object) (Object, error) {
 	plaintext, _, err := s.unseal(key, stored.Value)
 	if err != nil {
-		return nil, err
+		return nil, s.corrupt(key, stored, untransformable, err)
 	}
 	// The type is known, so unmarshal straight into it, as apimachinery's
 	// JSON serializer does after first parsing the whole value once more
 	// only to read apiVersion and kind.
 	obj := s.Resource.New()
 	if err := kjson.UnmarshalCaseSensitivePreserveInts(plaintext, obj); err != nil {
-		return nil, fmt.Errorf("decode stored %s: %w", s.Resource.Kind, err)
+		return nil, s.corrupt(key, stored, undecodable, fmt.Errorf("decode stored %s: %w", s.Resource.Kind, err))
 	}
 	if gvk := obj.GetObjectKind().GroupVersionKind(); gvk != s.Resource.GroupVersionKind() {
-		return nil, fmt.Errorf("decode stored %s: the value is a %s", s.Resource.Kind, gvk)
+		return nil, s.corrupt(key, stored, undecodable, fmt.Errorf("decode stored %s: the value is a %s", s.Resource.Kind, gvk))
 	}
 	obj.SetResourceVersion(formatRevision(stored.Revision))
 	return obj, nil

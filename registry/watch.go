@@ -74,14 +74,21 @@ func (s *Store) Watch(ctx context.Context, namespace string, opts *metainternalv
 		if res.Revision < rv {
 			return nil, tooLargeResourceVersion(rv, res.Revision)
 		}
+		bad := s.newCorruptItems(f)
 		for _, stored := range res.Objects {
 			obj, err := s.decode(s.listedKey(namespace, stored), stored)
 			if err != nil {
-				return nil, err
+				if err := bad.add(err); err != nil {
+					return nil, err
+				}
+				continue
 			}
 			if f.matches(obj) {
 				w.initial = append(w.initial, obj)
 			}
+		}
+		if err := bad.err(); err != nil {
+			return nil, err // the initial state is a list: not a partial one
 		}
 		w.from, w.initialEnd = res.Revision, opts.AllowWatchBookmarks
 	case rv == 0: // sendInitialEvents=false: start at the most recent revision
@@ -115,8 +122,19 @@ func (s *Store) watchError(err error) error {
 // the server stops watches, the watcher falls too far behind (the stream
 // just ends, and the client watches again from its last resourceVersion),
 // or send fails. A compacted start revision is sent as an ERROR event with
-// a 410 Expired Status.
+// a 410 Expired Status; a change it could select to a value that cannot be
+// read, as an ERROR event with a 500 StorageReadError naming its key.
 func (w *Watch) Run(ctx context.Context, send SendFunc) error {
+	if err := w.run(ctx, send); !errors.Is(err, errWatchEnded) {
+		return err
+	}
+	return nil
+}
+
+// errWatchEnded: the watch sent its last event, an ERROR.
+var errWatchEnded = errors.New("registry: the watch ended with an ERROR event")
+
+func (w *Watch) run(ctx context.Context, send SendFunc) error {
 	defer w.close()
 	for _, obj := range w.initial {
 		if err := send(watch.Event{Type: watch.Added, Object: obj}, nil); err != nil {
@@ -221,6 +239,13 @@ func (w *Watch) deliver(e *event, send SendFunc) error {
 	}
 	if w.namespace != "" && e.namespace != w.namespace {
 		return nil
+	}
+	if e.corrupt != nil && e.corrupt.selectedBy(w.filter) {
+		st := e.corrupt.watchStatus()
+		if err := send(watch.Event{Type: watch.Error, Object: &st}, nil); err != nil {
+			return err
+		}
+		return errWatchEnded
 	}
 	now := e.obj != nil && w.filter.matches(e.obj)
 	before := e.prev != nil && w.filter.matches(e.prev)
