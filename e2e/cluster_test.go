@@ -41,13 +41,13 @@ const (
 	logTailLines = 120
 )
 
-// Flags every replica of the fault tests gets: a short shutdown delay
-// (above HAProxy's inter × fall = 400ms, so the balancer has stopped
+// Flags every replica of the fault tests gets: deploy/local's shutdown
+// delay (above HAProxy's inter × fall = 1.5s, so the balancer has stopped
 // sending before the replica stops taking requests), a short etcd request
 // timeout, and no compaction of its own (the tests compact when they mean
 // to); and openServingFlags (plain HTTP, open to all).
 var faultReplicaFlags = append([]string{
-	"--shutdown-delay-duration", "1s",
+	"--shutdown-delay-duration", "2s",
 	"--etcd-request-timeout", "2s",
 	"--etcd-compaction-interval", "0",
 }, openServingFlags...)
@@ -422,7 +422,7 @@ func (r *faultReplica) terminate(t *testing.T) int {
 }
 
 // haproxy is HAProxy in front of the replicas, configured as
-// deploy/local/haproxy.cfg.in with a faster health check.
+// deploy/local/haproxy.cfg.in, health checks included.
 type haproxy struct {
 	url      string
 	statsURL string
@@ -454,7 +454,8 @@ backend replicas
     balance roundrobin
     option httpchk GET /readyz
     http-check expect status 200
-    default-server check inter 200ms fall 2 rise 2
+    timeout check 500ms
+    default-server check inter 500ms fall 3 rise 2
 %s
 listen stats
     bind 127.0.0.1:%d
