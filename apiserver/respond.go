@@ -58,18 +58,21 @@ func wantsPretty(r *http.Request) bool {
 // writeError answers err as a Status. Status errors go out as they are;
 // anything else is logged in full and answered 500 without its text.
 func writeError(w http.ResponseWriter, r *http.Request, err error) {
-	if errors.Is(r.Context().Err(), context.Canceled) {
-		// The client hung up: nobody reads an answer, and no server error
-		// happened. The request's log line says 499 and how long it ran.
-		var status apierrors.APIStatus
-		if errors.As(err, &status) {
+	var status apierrors.APIStatus
+	isStatus := errors.As(err, &status)
+	if errors.Is(r.Context().Err(), context.Canceled) && (!isStatus || status.Status().Code >= 500) {
+		// The client hung up (net/http cancels the context when the
+		// connection fails), and what failed is what waited for it: no
+		// server error happened. The request's log line says 499 and how
+		// long it ran. A 4xx (a body cut at its deadline: 408) still goes
+		// out, to a client that may be there.
+		if isStatus {
 			infoOf(r).reason = status.Status().Reason
 		}
 		w.WriteHeader(statusClientClosedRequest)
 		return
 	}
-	var status apierrors.APIStatus
-	if !errors.As(err, &status) {
+	if !isStatus {
 		logger(r).Error("internal error", "method", r.Method, "path", r.URL.Path, "err", err)
 		status = apierrors.NewInternalError(errors.New("an error on the server prevented the request from succeeding; the server log has the details"))
 	}
