@@ -88,7 +88,7 @@ func (h *resourceHandler) collection(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		w.Header().Set("ETag", etag(created.GetResourceVersion()))
-		h.writeWritten(w, r, http.StatusCreated, created)
+		h.writeWritten(w, r, http.StatusCreated, created, opts.DryRun)
 	case http.MethodDelete:
 		if !slices.Contains(h.store.Resource.Verbs(), "deletecollection") {
 			h.methodNotAllowed(w, r, "deletecollection")
@@ -207,7 +207,7 @@ func (h *resourceHandler) item(w http.ResponseWriter, r *http.Request) {
 			code = http.StatusCreated
 		}
 		w.Header().Set("ETag", etag(updated.GetResourceVersion()))
-		h.writeWritten(w, r, code, updated)
+		h.writeWritten(w, r, code, updated, conds.DryRun)
 	case http.MethodPatch:
 		h.patch(w, r, namespace, name)
 	case http.MethodDelete:
@@ -264,14 +264,16 @@ func (h *resourceHandler) patch(w http.ResponseWriter, r *http.Request, namespac
 		return
 	}
 	w.Header().Set("ETag", etag(patched.GetResourceVersion()))
-	h.writeWritten(w, r, http.StatusOK, patched)
+	h.writeWritten(w, r, http.StatusOK, patched, conds.DryRun)
 }
 
 // writeWritten answers a write with the object written. A JSON client gets
 // the bytes just stored, with the resourceVersion inserted, rather than a
-// second encoding of the same object.
-func (h *resourceHandler) writeWritten(w http.ResponseWriter, r *http.Request, code int, obj registry.Object) {
-	if info, err := responseSerializer(r); err == nil && info.MediaType == runtime.ContentTypeJSON && !wantsPretty(r) {
+// second encoding of the same object. A dry run stored nothing: its answer
+// carries the stored resourceVersion but not the stored bytes, so it is
+// always encoded.
+func (h *resourceHandler) writeWritten(w http.ResponseWriter, r *http.Request, code int, obj registry.Object, dryRun bool) {
+	if info, err := responseSerializer(r); err == nil && !dryRun && info.MediaType == runtime.ContentTypeJSON && !wantsPretty(r) {
 		if raw, ok := h.store.WrittenJSON(obj); ok {
 			writeJSON(w, r, code, raw)
 			return

@@ -117,7 +117,7 @@ func (s *Store) deleteNamespace(ctx context.Context, name string, opts *metav1.D
 		ns := obj.(*corev1.Namespace)
 		uid = string(ns.UID)
 		if conds.DryRun {
-			return ns, nil
+			break // answered as the deletion would be, having done nothing
 		}
 		if ns.Status.Phase == corev1.NamespaceTerminating {
 			rev = stored.Revision
@@ -139,13 +139,15 @@ func (s *Store) deleteNamespace(ctx context.Context, name string, opts *metav1.D
 		}
 		break
 	}
-	for _, content := range s.contents {
-		if err := content.deleteAll(ctx, name); err != nil {
-			return nil, err
+	if !conds.DryRun {
+		for _, content := range s.contents {
+			if err := content.deleteAll(ctx, name); err != nil {
+				return nil, err
+			}
 		}
-	}
-	if _, err := s.storage.Delete(ctx, s.ref("", name), rev); err != nil {
-		return nil, toStatus(err, gr, name)
+		if _, err := s.storage.Delete(ctx, s.ref("", name), rev); err != nil {
+			return nil, toStatus(err, gr, name)
+		}
 	}
 	return &metav1.Status{Status: metav1.StatusSuccess, Details: &metav1.StatusDetails{Name: name, Kind: gr.Resource, UID: types.UID(uid)}}, nil
 }

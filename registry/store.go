@@ -517,12 +517,15 @@ func (s *Store) deleteFrom(ctx context.Context, namespace, name string, opts *me
 	if len(obj.GetFinalizers()) > 0 {
 		// Finalizers hold the object: it is only marked as being deleted;
 		// the update that removes the last one deletes it.
-		if obj.GetDeletionTimestamp() != nil || conds.DryRun {
+		if obj.GetDeletionTimestamp() != nil {
 			return obj, false, nil
 		}
 		now, zero := metav1.NewTime(time.Now().Truncate(time.Second)), int64(0)
 		obj.SetDeletionTimestamp(&now)
 		obj.SetDeletionGracePeriodSeconds(&zero)
+		if conds.DryRun {
+			return obj, false, nil // what the marking would store
+		}
 		value, err := s.encode(s.keyOf(namespace, name), obj)
 		if err != nil {
 			return nil, false, err
