@@ -64,6 +64,10 @@ type Store struct {
 	prefix  string
 	timeout time.Duration
 	metrics *Metrics
+	// ttl is how long the keys of a resource live after each write (on an
+	// etcd lease from leases); resources not named live until deleted.
+	ttl    map[string]time.Duration
+	leases *leaseManager
 }
 
 // Options tune a Store; the zero value is what New gives.
@@ -75,6 +79,14 @@ type Options struct {
 	// Metrics, when set, records the duration and the failures of every
 	// etcd request (see NewMetrics).
 	Metrics *Metrics
+	// TTL maps a resource to how long each of its keys lives after its
+	// last write (kube-apiserver's TTLFunc; events: --event-ttl). Every
+	// create and update of such a key puts it on an etcd lease of at least
+	// that TTL — an update too, since a put without a lease would detach
+	// the key from its lease — and etcd deletes the key when the lease
+	// expires, whether or not any replica is running. Writes within a
+	// short window share one lease (see leaseManager).
+	TTL map[string]time.Duration
 }
 
 // New returns a Store that keeps its keys under prefix (for example
@@ -90,6 +102,8 @@ func NewWithOptions(client *clientv3.Client, prefix string, opts Options) *Store
 		prefix:  "/" + strings.Trim(prefix, "/"),
 		timeout: opts.RequestTimeout,
 		metrics: opts.Metrics,
+		ttl:     opts.TTL,
+		leases:  newLeaseManager(client),
 	}
 }
 
@@ -196,15 +210,30 @@ type Guard struct {
 // If(ModRevision(key) == 0) Then(Put): a key that exists has a non-zero
 // ModRevision, so this is the same guard as CreateRevision == 0. With guards,
 // their keys must also be unchanged. It returns the new revision, ErrExists,
-// or ErrConflict when a guard's key changed.
+// or ErrConflict when a guard's key changed. A resource with a TTL
+// (Options.TTL) puts the key on a lease.
 func (s *Store) Create(ctx context.Context, ref Ref, value []byte, guards ...Guard) (int64, error) {
 	key, err := s.key(ref)
 	if err != nil {
 		return 0, err
 	}
+	for attempt := 0; ; attempt++ {
+		lease, ttl, err := s.lease(ctx, ref)
+		if err != nil {
+			return 0, err
+		}
+		rev, err := s.create(ctx, ref, key, value, lease, guards)
+		if attempt == 0 && s.leaseFailed(err, ttl, lease) {
+			continue // the shared lease is gone: once more on a new one
+		}
+		return rev, err
+	}
+}
+
+func (s *Store) create(ctx context.Context, ref Ref, key string, value []byte, lease clientv3.LeaseID, guards []Guard) (int64, error) {
 	if len(guards) == 0 {
 		ctx, end := s.begin(ctx, "create", ref.Resource)
-		resp, err := s.kv.OptimisticPut(ctx, key, value, 0, kubernetes.PutOptions{})
+		resp, err := s.kv.OptimisticPut(ctx, key, value, 0, kubernetes.PutOptions{LeaseID: lease})
 		end(err)
 		if err != nil {
 			return 0, writeError("create", key, err)
@@ -223,7 +252,7 @@ func (s *Store) Create(ctx context.Context, ref Ref, value []byte, guards ...Gua
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(gkey), "=", g.Revision))
 	}
 	ctx, end := s.begin(ctx, "create", ref.Resource)
-	resp, err := s.kv.Client.Txn(ctx).If(cmps...).Then(clientv3.OpPut(key, string(value))).Else(clientv3.OpGet(key, clientv3.WithCountOnly())).Commit()
+	resp, err := s.kv.Client.Txn(ctx).If(cmps...).Then(clientv3.OpPut(key, string(value), clientv3.WithLease(lease))).Else(clientv3.OpGet(key, clientv3.WithCountOnly())).Commit()
 	end(err)
 	if err != nil {
 		return 0, writeError("create", key, err)
@@ -240,7 +269,8 @@ func (s *Store) Create(ctx context.Context, ref Ref, value []byte, guards ...Gua
 // Update replaces value only if the key's ModRevision is still revision, in
 // one transaction If(ModRevision(key) == revision) Then(Put) Else(Get). It
 // returns the new revision; ErrNotFound when the key is gone, ErrConflict
-// when it was written since.
+// when it was written since. A resource with a TTL puts the key on a lease
+// again, so that it lives its TTL from this write.
 func (s *Store) Update(ctx context.Context, ref Ref, value []byte, revision int64) (int64, error) {
 	key, err := s.key(ref)
 	if err != nil {
@@ -249,16 +279,25 @@ func (s *Store) Update(ctx context.Context, ref Ref, value []byte, revision int6
 	if revision <= 0 {
 		return 0, fmt.Errorf("update %s: revision %d: %w", key, revision, ErrConflict)
 	}
-	ctx, end := s.begin(ctx, "update", ref.Resource)
-	resp, err := s.kv.OptimisticPut(ctx, key, value, revision, kubernetes.PutOptions{GetOnFailure: true})
-	end(err)
-	if err != nil {
-		return 0, writeError("update", key, err)
+	for attempt := 0; ; attempt++ {
+		lease, ttl, err := s.lease(ctx, ref)
+		if err != nil {
+			return 0, err
+		}
+		ctx, end := s.begin(ctx, "update", ref.Resource)
+		resp, err := s.kv.OptimisticPut(ctx, key, value, revision, kubernetes.PutOptions{GetOnFailure: true, LeaseID: lease})
+		end(err)
+		if attempt == 0 && s.leaseFailed(err, ttl, lease) {
+			continue // the shared lease is gone: once more on a new one
+		}
+		if err != nil {
+			return 0, writeError("update", key, err)
+		}
+		if !resp.Succeeded {
+			return 0, casFailure("update", key, revision, resp.KV)
+		}
+		return resp.Revision, nil
 	}
-	if !resp.Succeeded {
-		return 0, casFailure("update", key, revision, resp.KV)
-	}
-	return resp.Revision, nil
 }
 
 // Delete removes the key only if its ModRevision is still revision, in one
