@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -40,17 +41,52 @@ type WatchResponse struct {
 // Watch is a stream of changes to one resource.
 type Watch struct {
 	C <-chan WatchResponse
-	// ctx is the stream's context: etcd only answers a progress request on
-	// the gRPC stream the request names, and the context names the stream.
-	ctx    context.Context
+
 	client *clientv3.Client
+	// stream is the context of the gRPC stream the watch runs on now:
+	// etcd only answers a progress request on the stream the request names,
+	// and the context names the stream. A stalled stream is replaced.
+	mu     sync.Mutex
+	stream context.Context
+	// asked: the reader asked for progress and has not had a report since.
+	// Reports that answer only the watch's own liveness probe are not
+	// passed on (readers turn reports into bookmarks for their clients).
+	asked atomic.Bool
 }
 
 // RequestProgress asks etcd to report, on this watch's stream, the revision
 // it has delivered everything up to.
 func (w *Watch) RequestProgress() error {
-	return w.client.RequestProgress(w.ctx)
+	w.asked.Store(true)
+	return w.requestProgress()
 }
+
+func (w *Watch) requestProgress() error {
+	w.mu.Lock()
+	stream := w.stream
+	w.mu.Unlock()
+	return w.client.RequestProgress(stream)
+}
+
+func (w *Watch) setStream(ctx context.Context) {
+	w.mu.Lock()
+	w.stream = ctx
+	w.mu.Unlock()
+}
+
+// A watch that has heard nothing for watchQuietAfter asks etcd for its
+// progress; if nothing comes within watchDeadAfter of that, its stream is
+// taken for dead and the watch resumes on a new one. A member that stopped
+// answering (SIGSTOP, a partition) keeps its TCP connection open, and
+// gRPC's keepalive notices only after 40 s; the new stream goes to a member
+// that answers (the endpoint monitor has taken the silent one out).
+var (
+	watchQuietAfter = 2 * time.Second
+	watchDeadAfter  = 2 * time.Second
+)
+
+// errWatchStalled is what the metrics count for a replaced stream.
+var errWatchStalled = errors.New("etcdstore: watch stream stalled")
 
 // CurrentRevision returns the store's latest revision (a linearizable read).
 func (s *Store) CurrentRevision(ctx context.Context) (int64, error) {
@@ -71,30 +107,98 @@ func (s *Store) Watch(ctx context.Context, resource string, from int64) (*Watch,
 	if err != nil {
 		return nil, err
 	}
-	// Each watch gets a gRPC stream of its own (clientv3 groups watches by
-	// their context's metadata): etcd answers a progress request for a
-	// whole stream and only once every watch on it is in sync, so a shared
-	// stream would let one watch's request wait for, and wake, the others.
-	ctx = metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx), "concord-watch", strconv.FormatUint(watchStreams.Add(1), 10))
-	start := time.Now()
-	wch := s.kv.Client.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(from+1), clientv3.WithPrevKV(), clientv3.WithProgressNotify())
-	s.metrics.observe("watch-start", resource, time.Since(start), nil)
+	w := &Watch{client: s.kv.Client}
+	stream, cancel, wch := s.openWatch(ctx, resource, prefix, from)
+	w.setStream(stream)
 	out := make(chan WatchResponse)
+	w.C = out
 	go func() {
 		defer close(out)
-		for resp := range wch {
-			r := translate(prefix, resp)
+		defer func() { cancel() }()
+		// last is the revision the watch has delivered everything up to:
+		// where a new stream resumes.
+		last := from
+		quiet := time.NewTimer(watchQuietAfter)
+		defer quiet.Stop()
+		probed := false
+		heard := time.Now() // when the stream last said anything
+		for {
 			select {
-			case out <- r:
+			case resp, ok := <-wch:
+				if !ok {
+					return // ctx ended
+				}
+				heard = time.Now()
+				r := translate(prefix, resp)
+				if n := len(r.Events); n > 0 {
+					last = max(last, r.Events[n-1].Revision)
+				} else if resp.IsProgressNotify() {
+					// Not the created notice: its revision is the store's,
+					// with the replay still to come.
+					last = max(last, resp.Header.Revision)
+					if probed && !w.asked.Load() {
+						// The answer to the liveness probe alone.
+						probed = false
+						quiet.Reset(watchQuietAfter)
+						continue
+					}
+					w.asked.Store(false)
+				}
+				select {
+				case out <- r:
+				case <-ctx.Done():
+					return
+				}
+				if r.Err != nil {
+					return
+				}
+				probed = false
+				quiet.Reset(watchQuietAfter)
+			case <-quiet.C:
+				if !probed {
+					_ = w.requestProgress() // a failed request: the stream is dead, found below
+					probed = true
+					quiet.Reset(watchDeadAfter)
+					continue
+				}
+				// etcd reports no progress to a watch that starts after
+				// its revision: if nothing was written since, there is
+				// nothing to miss, whatever the stream's state.
+				if rev, err := s.CurrentRevision(ctx); err == nil && rev <= last {
+					probed = false
+					quiet.Reset(watchQuietAfter)
+					continue
+				}
+				cancel()
+				s.metrics.observe("watch", resource, time.Since(heard), errWatchStalled)
+				stream, cancel, wch = s.openWatch(ctx, resource, prefix, last)
+				w.setStream(stream)
+				heard = time.Now()
+				probed = false
+				quiet.Reset(watchQuietAfter)
+				if w.asked.Load() {
+					_ = w.requestProgress() // the reader's request went to the dead stream
+				}
 			case <-ctx.Done():
-				return
-			}
-			if r.Err != nil {
 				return
 			}
 		}
 	}()
-	return &Watch{C: out, ctx: ctx, client: s.kv.Client}, nil
+	return w, nil
+}
+
+// openWatch starts one etcd watch of prefix after revision from, on a gRPC
+// stream of its own (clientv3 groups watches by their context's metadata):
+// etcd answers a progress request for a whole stream and only once every
+// watch on it is in sync, so a shared stream would let one watch's request
+// wait for, and wake, the others.
+func (s *Store) openWatch(ctx context.Context, resource, prefix string, from int64) (context.Context, context.CancelFunc, clientv3.WatchChan) {
+	ctx, cancel := context.WithCancel(ctx)
+	ctx = metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx), "concord-watch", strconv.FormatUint(watchStreams.Add(1), 10))
+	start := time.Now()
+	wch := s.kv.Client.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(from+1), clientv3.WithPrevKV(), clientv3.WithProgressNotify())
+	s.metrics.observe("watch-start", resource, time.Since(start), nil)
+	return ctx, cancel, wch
 }
 
 // watchStreams numbers the watches' gRPC streams.
