@@ -210,6 +210,12 @@ type etcdCluster struct {
 // reports healthy (has a leader).
 func startEtcdCluster(t *testing.T) *etcdCluster {
 	t.Helper()
+	return startEtcdClusterWith(t, etcdClusterOptions{})
+}
+
+// startEtcdClusterWith is startEtcdCluster with options.
+func startEtcdClusterWith(t *testing.T, opts etcdClusterOptions) *etcdCluster {
+	t.Helper()
 	etcdBinary(t) // build it before anything starts
 	ports := loopbackPorts(t, 6)
 	c := &etcdCluster{}
@@ -230,9 +236,11 @@ func startEtcdCluster(t *testing.T) *etcdCluster {
 			"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
 			"--initial-cluster", strings.Join(initial, ","),
 			"--initial-cluster-state", "new", "--initial-cluster-token", "concord-fault-test",
+		}
+		if !opts.Fsync {
 			// Process kills do not lose what the kernel holds; the tests
 			// do not crash the machine.
-			"--unsafe-no-fsync",
+			m.args = append(m.args, "--unsafe-no-fsync")
 		}
 		c.members = append(c.members, m)
 	}
@@ -544,48 +552,6 @@ type etcdClusterOptions struct {
 	// which widens the window in which a member dies with a transaction
 	// committed but not yet answered.
 	Fsync bool
-}
-
-// startEtcdClusterWith is startEtcdCluster with options.
-func startEtcdClusterWith(t *testing.T, opts etcdClusterOptions) *etcdCluster {
-	t.Helper()
-	if !opts.Fsync {
-		return startEtcdCluster(t)
-	}
-	etcdBinary(t) // build it before anything starts
-	ports := loopbackPorts(t, 6)
-	c := &etcdCluster{}
-	var initial []string
-	for i := range 3 {
-		initial = append(initial, fmt.Sprintf("etcd%d=http://127.0.0.1:%d", i+1, ports[3+i]))
-		c.endpoints = append(c.endpoints, fmt.Sprintf("http://127.0.0.1:%d", ports[i]))
-	}
-	for i := range 3 {
-		m := &etcdMember{name: fmt.Sprintf("etcd%d", i+1), clientURL: c.endpoints[i], dir: t.TempDir()}
-		peerURL := fmt.Sprintf("http://127.0.0.1:%d", ports[3+i])
-		m.args = []string{
-			"--name", m.name,
-			"--data-dir", filepath.Join(m.dir, "data"),
-			"--listen-client-urls", m.clientURL, "--advertise-client-urls", m.clientURL,
-			"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
-			"--initial-cluster", strings.Join(initial, ","),
-			"--initial-cluster-state", "new", "--initial-cluster-token", "concord-fault-test",
-		}
-		c.members = append(c.members, m)
-	}
-	for i := range c.members {
-		c.start(t, i)
-	}
-	for i := range c.members {
-		c.waitHealthy(t, i)
-	}
-	client, err := clientv3.New(clientv3.Config{Endpoints: c.endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatalf("etcd client: %v", err)
-	}
-	t.Cleanup(func() { client.Close() })
-	c.client = client
-	return c
 }
 
 // kill SIGKILLs member i and waits for its exit: it stops wherever it is,
