@@ -9,4 +9,4 @@
 // are written to api_violations.report instead of failing the generation.
 package generated
 
-//go:generate go run k8s.io/kube-openapi/cmd/openapi-gen@v0.0.0-20260821135717-be32def86098 --output-dir . --output-pkg github.com/concord-dev/concord/apiserver/openapi/generated --output-file zz_generated.openapi.go --go-header-file /dev/null --report-filename api_violations.report k8s.io/api/core/v1 k8s.io/api/coordination/v1 k8s.io/apimachinery/pkg/apis/meta/v1 k8s.io/apimachinery/pkg/runtime k8s.io/apimachinery/pkg/util/intstr k8s.io/apimachinery/pkg/api/resource k8s.io/apimachinery/pkg/version
+//go:generate go run k8s.io/kube-openapi/cmd/openapi-gen@v0.0.0-20260821135717-be32def86098 --output-dir . --output-pkg github.com/concord-dev/concord/apiserver/openapi/generated --output-file zz_generated.openapi.go --go-header-file /dev/null --report-filename api_violations.report k8s.io/api/core/v1 k8s.io/api/coordination/v1 k8s.io/api/events/v1 k8s.io/apimachinery/pkg/apis/meta/v1 k8s.io/apimachinery/pkg/runtime k8s.io/apimachinery/pkg/util/intstr k8s.io/apimachinery/pkg/api/resource k8s.io/apimachinery/pkg/version
