@@ -71,8 +71,9 @@ func toTable(res *registry.Resource, obj runtime.Object, includeObject string) (
 	default:
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("includeObject must be None, Metadata or Object, not %q", includeObject))
 	}
-	table := &metav1.Table{
-		ColumnDefinitions: append(append([]metav1.TableColumnDefinition{nameColumn}, res.TableColumns...), ageColumn),
+	table := &metav1.Table{ColumnDefinitions: res.TableColumns}
+	if !res.TableColumnsOnly {
+		table.ColumnDefinitions = append(append([]metav1.TableColumnDefinition{nameColumn}, res.TableColumns...), ageColumn)
 	}
 	var items []runtime.Object
 	if meta.IsListType(obj) {
@@ -96,8 +97,10 @@ func toTable(res *registry.Resource, obj runtime.Object, includeObject string) (
 		if !ok {
 			return nil, fmt.Errorf("table: %T is not an object", item)
 		}
-		cells := append([]any{o.GetName()}, res.TableCells(o)...)
-		cells = append(cells, age(o.GetCreationTimestamp()))
+		cells := res.TableCells(o)
+		if !res.TableColumnsOnly {
+			cells = append(append([]any{o.GetName()}, cells...), age(o.GetCreationTimestamp()))
+		}
 		row := metav1.TableRow{Cells: cells}
 		switch metav1.IncludeObjectPolicy(includeObject) {
 		case metav1.IncludeNone:

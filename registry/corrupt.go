@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/concord-dev/concord/etcdstore"
@@ -89,10 +90,22 @@ func (e *corruptObjectError) watchStatus() metav1.Status {
 }
 
 // selectedBy reports whether the object could be in f's selection. Its
-// name and namespace are known from its key; its labels are not, so any
-// label selector could select it.
+// name and namespace are known from its key; its labels and other fields
+// are not, so any label selector, and any requirement on another field,
+// could select it.
 func (e *corruptObjectError) selectedBy(f filter) bool {
-	return f.fields.Matches(fields.Set{"metadata.name": e.name, "metadata.namespace": e.namespace})
+	known := fields.Set{"metadata.name": e.name, "metadata.namespace": e.namespace}
+	for _, req := range f.fields.Requirements() {
+		value, ok := known[req.Field]
+		if !ok {
+			continue
+		}
+		// Field selectors have =, == and != only.
+		if (req.Operator == selection.NotEquals) == (value == req.Value) {
+			return false
+		}
+	}
+	return true
 }
 
 // asCorrupt returns err's corrupt object, if it is one.

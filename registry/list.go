@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -27,26 +28,41 @@ const maxPageSize = 10000
 // continueExpiredMsg is kube-apiserver's message for a compacted continue.
 const continueExpiredMsg = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list."
 
-// selectableFields are the fields a fieldSelector may name.
-var selectableFields = []string{"metadata.name", "metadata.namespace"}
+// defaultSelectableFields are the fields a fieldSelector may name for a
+// resource that declares none (kube's ObjectMetaFieldsSet).
+var defaultSelectableFields = []string{"metadata.name", "metadata.namespace"}
 
 // filter is a list or watch's label and field selection.
 type filter struct {
 	labels labels.Selector
 	fields fields.Selector
+	// fieldSet gives an object's selectable fields (Resource.FieldSet).
+	fieldSet func(Object) fields.Set
 }
 
-func newFilter(opts *metainternalversion.ListOptions) (filter, error) {
-	f := filter{labels: opts.LabelSelector, fields: opts.FieldSelector}
+// newFilter checks the field selector against the fields res declares
+// selectable: an unknown one is kube's 400, "field label not supported"
+// for a resource that declares its fields, and the default conversion's
+// message naming the two metadata fields otherwise.
+func newFilter(res *Resource, opts *metainternalversion.ListOptions) (filter, error) {
+	f := filter{labels: opts.LabelSelector, fields: opts.FieldSelector, fieldSet: res.FieldSet}
 	if f.labels == nil {
 		f.labels = labels.Everything()
 	}
 	if f.fields == nil {
 		f.fields = fields.Everything()
 	}
+	if f.fieldSet == nil {
+		f.fieldSet = func(obj Object) fields.Set {
+			return fields.Set{"metadata.name": obj.GetName(), "metadata.namespace": obj.GetNamespace()}
+		}
+	}
 	for _, req := range f.fields.Requirements() {
-		if req.Field != selectableFields[0] && req.Field != selectableFields[1] {
-			return filter{}, apierrors.NewBadRequest(fmt.Sprintf("%q is not a known field selector: only %q, %q", req.Field, selectableFields[0], selectableFields[1]))
+		if res.SelectableFields == nil && !slices.Contains(defaultSelectableFields, req.Field) {
+			return filter{}, apierrors.NewBadRequest(fmt.Sprintf("%q is not a known field selector: only %q, %q", req.Field, defaultSelectableFields[0], defaultSelectableFields[1]))
+		}
+		if res.SelectableFields != nil && !slices.Contains(res.SelectableFields, req.Field) {
+			return filter{}, apierrors.NewBadRequest("field label not supported: " + req.Field)
 		}
 	}
 	return f, nil
@@ -55,17 +71,19 @@ func newFilter(opts *metainternalversion.ListOptions) (filter, error) {
 func (f filter) everything() bool { return f.labels.Empty() && f.fields.Empty() }
 
 func (f filter) matches(obj Object) bool {
-	return f.labels.Matches(labels.Set(obj.GetLabels())) &&
-		f.fields.Matches(fields.Set{"metadata.name": obj.GetName(), "metadata.namespace": obj.GetNamespace()})
+	if !f.labels.Matches(labels.Set(obj.GetLabels())) {
+		return false
+	}
+	return f.fields.Empty() || f.fields.Matches(f.fieldSet(obj))
 }
 
 // validateListOptions applies kube-apiserver's ListOptions validation (422
 // Invalid of kind ListOptions) and selector checks (400).
-func validateListOptions(opts *metainternalversion.ListOptions) (filter, error) {
+func validateListOptions(res *Resource, opts *metainternalversion.ListOptions) (filter, error) {
 	if errs := validation.ValidateListOptions(opts, true); len(errs) > 0 {
 		return filter{}, apierrors.NewInvalid(schema.GroupKind{Group: metav1.GroupName, Kind: "ListOptions"}, "", errs)
 	}
-	return newFilter(opts)
+	return newFilter(res, opts)
 }
 
 func parseResourceVersion(rv string) (int64, error) {
@@ -90,7 +108,7 @@ func tooLargeResourceVersion(want, current int64) *apierrors.StatusError {
 // and selector semantics. The list's resourceVersion is the etcd revision
 // the snapshot was read at.
 func (s *Store) List(ctx context.Context, namespace string, opts *metainternalversion.ListOptions) (runtime.Object, error) {
-	plan, err := planList(opts)
+	plan, err := planList(s.Resource, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -132,8 +150,8 @@ type listPlan struct {
 
 // planList validates a list's options and works out what to read, with
 // kube-apiserver's resourceVersion, limit and continue semantics.
-func planList(opts *metainternalversion.ListOptions) (listPlan, error) {
-	f, err := validateListOptions(opts)
+func planList(res *Resource, opts *metainternalversion.ListOptions) (listPlan, error) {
+	f, err := validateListOptions(res, opts)
 	if err != nil {
 		return listPlan{}, err
 	}

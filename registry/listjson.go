@@ -2,8 +2,10 @@ package registry
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
@@ -78,7 +80,10 @@ func (s *Store) ListJSON(ctx context.Context, namespace string, opts *metaintern
 	if (opts.LabelSelector != nil && !opts.LabelSelector.Empty()) || (opts.FieldSelector != nil && !opts.FieldSelector.Empty()) {
 		return nil, false, nil
 	}
-	plan, err := planList(opts)
+	if s.Resource.Storage != nil {
+		return nil, false, nil // the stored JSON is another version's
+	}
+	plan, err := planList(s.Resource, opts)
 	if err != nil {
 		return nil, true, err
 	}
@@ -163,6 +168,9 @@ func metadataStart(b []byte) int {
 // GetJSON is Get for a client that takes JSON: the stored object with its
 // resourceVersion inserted, never decoded (a linearizable read, as Get).
 func (s *Store) GetJSON(ctx context.Context, namespace, name string) (obj []byte, resourceVersion string, _ error) {
+	if s.Resource.Storage != nil {
+		return s.convertedJSON(ctx, namespace, name)
+	}
 	stored, _, err := s.read(ctx, namespace, name)
 	if err != nil {
 		return nil, "", err
@@ -183,8 +191,8 @@ func (s *Store) GetJSON(ctx context.Context, namespace, name string) (obj []byte
 // revision is obj. ok is false when that state is not remembered.
 func (s *Store) WrittenJSON(obj Object) (_ []byte, ok bool) {
 	rev, err := parseResourceVersion(obj.GetResourceVersion())
-	if err != nil || rev == 0 {
-		return nil, false
+	if err != nil || rev == 0 || s.Resource.Storage != nil {
+		return nil, false // for Storage: the stored JSON is another version's
 	}
 	e, ok := s.recent.get(s.recentKey(obj.GetNamespace(), obj.GetName()))
 	if !ok || e.stored.Revision != rev {
@@ -207,4 +215,19 @@ func (s *Store) storedJSON(namespace, name string, stored etcdstore.Object) ([]b
 		return nil, s.notJSONObject(key, stored, err)
 	}
 	return out, nil
+}
+
+// convertedJSON is GetJSON for a resource served in another version of the
+// stored objects (Resource.Storage): the object read, converted, encoded.
+func (s *Store) convertedJSON(ctx context.Context, namespace, name string) ([]byte, string, error) {
+	obj, err := s.Get(ctx, namespace, name)
+	if err != nil {
+		return nil, "", err
+	}
+	obj.GetObjectKind().SetGroupVersionKind(s.Resource.GroupVersionKind())
+	var buf bytes.Buffer
+	if err := storageCodec.Encode(obj, &buf); err != nil {
+		return nil, "", fmt.Errorf("encode %s %s: %w", s.Resource.Kind, name, err)
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), obj.GetResourceVersion(), nil
 }

@@ -5,6 +5,7 @@ package registry
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -49,12 +50,51 @@ type Resource struct {
 	// between Name and Age; TableCells gives an object's cells for them.
 	TableColumns []metav1.TableColumnDefinition
 	TableCells   func(obj Object) []any
+	// TableColumnsOnly: TableColumns are the whole row, without Name before
+	// and Age after them (kube's Event printer: LAST SEEN, TYPE, …).
+	TableColumnsOnly bool
+	// SelectableFields are the fields a fieldSelector may name, and
+	// FieldSet gives an object's values of them; lists, watches and the
+	// read cache all filter with it. Nil: metadata.name and
+	// metadata.namespace only (kube's default, whose 400 names them).
+	SelectableFields []string
+	FieldSet         func(obj Object) fields.Set
+	// Storage, when set, makes this declaration another served version of
+	// the objects another declaration stores (see StorageVersion).
+	Storage *StorageVersion
 	// IsNamespace marks the Namespace resource: objects may only be created
 	// in an active namespace, and deleting one deletes its contents.
 	IsNamespace bool
 	// CreateOnly marks a resource that is not stored, only created and
 	// answered at once (SelfSubjectAccessReview): its only verb is create.
 	CreateOnly bool
+}
+
+// StorageVersion says that a declaration serves, in its own group version
+// and Go type, the objects another declaration stores: one key space, one
+// stored form, several served versions — kube's Events (stored as core/v1,
+// served also as events.k8s.io/v1), and a CRD's versions. The store of such
+// a declaration reads the stored form and converts it on the way out, and
+// converts what it is sent to the stored form on the way in; everything in
+// between — validation (its own Strategy), patches, field selectors, tables,
+// watches — works on this declaration's type. Both declarations have the
+// same Plural and scope: the key space is the stored declaration's.
+type StorageVersion struct {
+	// Of is the declaration whose stored objects these are.
+	Of *Resource
+	// ToStored converts an object of this version into Of's type, and
+	// FromStored back; neither may lose a field the other form holds.
+	ToStored   func(Object) (Object, error)
+	FromStored func(Object) (Object, error)
+}
+
+// stored is the declaration whose type and apiVersion are what etcd holds:
+// Storage.Of, or the resource itself.
+func (r *Resource) stored() *Resource {
+	if r.Storage != nil {
+		return r.Storage.Of
+	}
+	return r
 }
 
 // Verbs are the API verbs the resource answers, for discovery, OpenAPI and
@@ -85,4 +125,4 @@ func (r *Resource) ListGroupVersionKind() schema.GroupVersionKind {
 }
 
 // Resources are all the resources Concord serves.
-var Resources = []*Resource{Namespaces, ConfigMaps, Secrets, Leases}
+var Resources = []*Resource{Namespaces, ConfigMaps, Secrets, Leases, Events, EventsV1}

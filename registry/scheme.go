@@ -5,6 +5,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
@@ -21,6 +22,7 @@ var Codecs = serializer.NewCodecFactory(Scheme)
 func init() {
 	utilruntime.Must(corev1.AddToScheme(Scheme))
 	utilruntime.Must(coordinationv1.AddToScheme(Scheme))
+	utilruntime.Must(eventsv1.AddToScheme(Scheme))
 	// SelfSubjectAccessReview and SelfSubjectReview, which the API answers
 	// without storing them.
 	utilruntime.Must(authorizationv1.AddToScheme(Scheme))

@@ -96,8 +96,12 @@ func NewStores(storage Storage, cfg WatchConfig, opts ...StoreOption) []*Store {
 	}
 	for _, s := range stores {
 		if s.Resource.Namespaced && namespaces != nil {
-			namespaces.contents = append(namespaces.contents, s)
 			s.namespaces = namespaces
+			// A resource served in another version of stored objects
+			// (Resource.Storage) holds no contents of its own.
+			if s.Resource.Storage == nil {
+				namespaces.contents = append(namespaces.contents, s)
+			}
 		}
 	}
 	return stores
@@ -610,9 +614,18 @@ func (s *Store) encode(key string, obj Object) ([]byte, error) {
 }
 
 // serialize is obj as JSON with apiVersion and kind, without
-// resourceVersion.
+// resourceVersion, in the stored version (converted when the resource is
+// served in another: Resource.Storage).
 func (s *Store) serialize(obj Object) ([]byte, error) {
 	obj.GetObjectKind().SetGroupVersionKind(s.Resource.GroupVersionKind())
+	if conv := s.Resource.Storage; conv != nil {
+		stored, err := conv.ToStored(obj)
+		if err != nil {
+			return nil, fmt.Errorf("convert %s %s to %s: %w", s.Resource.GroupVersionKind(), obj.GetName(), conv.Of.GroupVersion, err)
+		}
+		obj = stored
+	}
+	obj.GetObjectKind().SetGroupVersionKind(s.Resource.stored().GroupVersionKind())
 	rv := obj.GetResourceVersion()
 	obj.SetResourceVersion("")
 	defer obj.SetResourceVersion(rv)
@@ -639,12 +652,21 @@ func (s *Store) decode(key string, stored etcdstore.Object) (Object, error) {
 	// The type is known, so unmarshal straight into it, as apimachinery's
 	// JSON serializer does after first parsing the whole value once more
 	// only to read apiVersion and kind.
-	obj := s.Resource.New()
+	storedAs := s.Resource.stored()
+	obj := storedAs.New()
 	if err := kjson.UnmarshalCaseSensitivePreserveInts(plaintext, obj); err != nil {
 		return nil, s.corrupt(key, stored, undecodable, fmt.Errorf("decode stored %s: %w", s.Resource.Kind, err))
 	}
-	if gvk := obj.GetObjectKind().GroupVersionKind(); gvk != s.Resource.GroupVersionKind() {
+	if gvk := obj.GetObjectKind().GroupVersionKind(); gvk != storedAs.GroupVersionKind() {
 		return nil, s.corrupt(key, stored, undecodable, fmt.Errorf("decode stored %s: the value is a %s", s.Resource.Kind, gvk))
+	}
+	if conv := s.Resource.Storage; conv != nil {
+		served, err := conv.FromStored(obj)
+		if err != nil {
+			return nil, s.corrupt(key, stored, undecodable, fmt.Errorf("convert stored %s to %s: %w", storedAs.GroupVersionKind(), s.Resource.GroupVersion, err))
+		}
+		obj = served
+		obj.GetObjectKind().SetGroupVersionKind(s.Resource.GroupVersionKind())
 	}
 	obj.SetResourceVersion(formatRevision(stored.Revision))
 	return obj, nil

@@ -14,7 +14,9 @@ type StoreOption func(*Store)
 // (--encryption-provider-config); without it every value is stored as it
 // is.
 func WithEncryption(t *encryption.Transformers) StoreOption {
-	return func(s *Store) { s.transformer = t.For(s.Resource.GroupResource()) }
+	// A resource served in another version of stored objects
+	// (Resource.Storage) reads and writes them as their own resource does.
+	return func(s *Store) { s.transformer = t.For(s.Resource.stored().GroupResource()) }
 }
 
 // WithoutReadCache makes every get and list read etcd (kube-apiserver's

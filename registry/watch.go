@@ -53,7 +53,7 @@ func (s *Store) StopWatches() {
 // (or with sendInitialEvents) an ADDED event for every object first.
 func (s *Store) Watch(ctx context.Context, namespace string, opts *metainternalversion.ListOptions) (*Watch, error) {
 	metainternalversion.SetListOptionsDefaults(opts, true)
-	f, err := validateListOptions(opts)
+	f, err := validateListOptions(s.Resource, opts)
 	if err != nil {
 		return nil, err
 	}
