@@ -39,6 +39,9 @@ type Config struct {
 	EtcdRequestTimeout time.Duration
 	// EtcdCompactionInterval: how often history is compacted (0: never).
 	EtcdCompactionInterval time.Duration
+	// EventTTL is how long an Event lives after its last write
+	// (kube-apiserver's --event-ttl): its key is on an etcd lease.
+	EventTTL time.Duration
 	BindAddress            string
 	Port                   int
 	DataDir                string
@@ -81,6 +84,7 @@ func DefaultConfig() Config {
 		EtcdDialTimeout:        20 * time.Second,
 		EtcdRequestTimeout:     5 * time.Second,
 		EtcdCompactionInterval: 5 * time.Minute,
+		EventTTL:               time.Hour, // kube-apiserver's default
 		BindAddress:            "127.0.0.1",
 		Port:                   8080,
 		DataDir:                "concord-data",
@@ -113,6 +117,7 @@ func (cfg *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&cfg.EtcdKeyFile, "etcd-keyfile", cfg.EtcdKeyFile, "PEM file of the private key of --etcd-certfile")
 	fs.DurationVar(&cfg.EtcdRequestTimeout, "etcd-request-timeout", cfg.EtcdRequestTimeout, "longest time one etcd request may take; when etcd does not answer in time the API request fails with 504 and Retry-After instead of waiting")
 	fs.DurationVar(&cfg.EtcdCompactionInterval, "etcd-compaction-interval", cfg.EtcdCompactionInterval, "how often to compact etcd's history (one replica per interval does it); 0 disables")
+	fs.DurationVar(&cfg.EventTTL, "event-ttl", cfg.EventTTL, "how long an Event is kept after its last write: etcd deletes it when its lease expires (leases are shared by the events written within 5% of this, at most a minute, so the key may live that much longer)")
 	fs.StringVar(&cfg.BindAddress, "bind-address", cfg.BindAddress, "IP address to serve the API on")
 	fs.IntVar(&cfg.Port, "port", cfg.Port, "port to serve the API on (HTTPS; plain HTTP with --insecure-serving); 0 picks a free port")
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory of the embedded etcd's data (dev mode only)")
@@ -185,6 +190,9 @@ func (cfg *Config) Validate() error {
 	}
 	if cfg.EtcdCompactionInterval < 0 {
 		errs = append(errs, fmt.Errorf("--etcd-compaction-interval: %s must not be negative (0 disables compaction)", cfg.EtcdCompactionInterval))
+	}
+	if cfg.EventTTL < time.Second {
+		errs = append(errs, fmt.Errorf("--event-ttl: %s must be at least 1s (etcd leases count whole seconds)", cfg.EventTTL))
 	}
 	for _, d := range []struct {
 		flag  string

@@ -101,7 +101,9 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	groups := map[string]string{}
 	for _, res := range registry.Resources {
-		groups[res.Plural] = res.GroupVersion.Group
+		if res.Storage == nil { // the key space is the stored version's
+			groups[res.Plural] = res.GroupVersion.Group
+		}
 	}
 	storeMetrics, err := etcdstore.NewMetrics(metrics, groups)
 	if err != nil {
@@ -118,7 +120,11 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 	}
 	defer monitor.Close()
 
-	store := etcdstore.NewWithOptions(client, cfg.EtcdPrefix, etcdstore.Options{RequestTimeout: cfg.EtcdRequestTimeout, Metrics: storeMetrics})
+	store := etcdstore.NewWithOptions(client, cfg.EtcdPrefix, etcdstore.Options{
+		RequestTimeout: cfg.EtcdRequestTimeout,
+		Metrics:        storeMetrics,
+		TTL:            map[string]time.Duration{registry.Events.Plural: cfg.EventTTL},
+	})
 	storeOpts := []registry.StoreOption{registry.WithEncryption(encryptAtRest)}
 	if !cfg.WatchCache {
 		storeOpts = append(storeOpts, registry.WithoutReadCache())
