@@ -26,6 +26,8 @@ var ConfigMaps = &Resource{
 	New:            func() Object { return &corev1.ConfigMap{} },
 	NewList:        func() runtime.Object { return &corev1.ConfigMapList{} },
 	Strategy:       configMapStrategy{},
+	// As kube's configmap strategy.
+	AllowUnconditionalUpdate: true,
 	TableColumns: []metav1.TableColumnDefinition{
 		{Name: "Data", Type: "string", Description: "Number of keys in data and binaryData."},
 	},

@@ -20,6 +20,8 @@ var Leases = &Resource{
 	New:            func() Object { return &coordinationv1.Lease{} },
 	NewList:        func() runtime.Object { return &coordinationv1.LeaseList{} },
 	Strategy:       leaseStrategy{},
+	// kube's lease strategy refuses a replace without a resourceVersion.
+	AllowUnconditionalUpdate: false,
 	TableColumns: []metav1.TableColumnDefinition{
 		{Name: "Holder", Type: "string", Description: "The identity of the current holder."},
 	},

@@ -68,6 +68,11 @@ type Resource struct {
 	// CreateOnly marks a resource that is not stored, only created and
 	// answered at once (SelfSubjectAccessReview): its only verb is create.
 	CreateOnly bool
+	// AllowUnconditionalUpdate is kube-apiserver's strategy's: whether it
+	// accepts a replace without metadata.resourceVersion (an overwrite of
+	// whatever is stored). Concord follows it with --unconditional-update=kube
+	// only, and never allows more (unconditional.go).
+	AllowUnconditionalUpdate bool
 }
 
 // StorageVersion says that a declaration serves, in its own group version

@@ -22,6 +22,8 @@ var Secrets = &Resource{
 	New:            func() Object { return &corev1.Secret{} },
 	NewList:        func() runtime.Object { return &corev1.SecretList{} },
 	Strategy:       secretStrategy{},
+	// As kube's secret strategy.
+	AllowUnconditionalUpdate: true,
 	TableColumns: []metav1.TableColumnDefinition{
 		{Name: "Type", Type: "string", Description: "The type of the secret."},
 		{Name: "Data", Type: "string", Description: "Number of keys in data."},

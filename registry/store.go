@@ -66,6 +66,10 @@ type Store struct {
 	contents []*Store
 	// corruptions reports the stored values that cannot be read (corrupt.go).
 	corruptions corruptReports
+	// unconditional says which replaces may come without a version, and
+	// unconditionalReport is told of each one done (unconditional.go).
+	unconditional       UnconditionalUpdate
+	unconditionalReport func(ctx context.Context, u UnconditionalReplace)
 }
 
 // NewStore returns the store of res over storage.
@@ -259,29 +263,36 @@ const maxWriteAttempts = 10
 
 // Update replaces the object at namespace/name with obj. The replace must be
 // conditional: obj carries the resourceVersion it was read at, or conds an
-// If-Match (otherwise 428). The write is one etcd transaction guarded by the
-// revision the conditions were checked against; a stale body version is 409
-// Conflict, a failed If-Match or If-None-Match 412, and nothing is written.
-// With conds.CreateOnly a missing object is created (created is true).
+// If-Match (otherwise 428), unless the store's UnconditionalUpdate allows
+// the object (Helm's release records by default; unconditional.go). The
+// write is one etcd transaction guarded by the revision the conditions were
+// checked against; a stale body version is 409 Conflict, a failed If-Match
+// or If-None-Match 412, and nothing is written. With conds.CreateOnly a
+// missing object is created (created is true).
 func (s *Store) Update(ctx context.Context, namespace, name string, obj Object, conds WriteOptions) (_ Object, created bool, _ error) {
-	gr := s.Resource.GroupResource()
 	if obj.GetName() != name {
 		return nil, false, apierrors.NewBadRequest(fmt.Sprintf("the name of the object (%s) does not match the name on the URL (%s)", obj.GetName(), name))
 	}
 	if err := s.checkNamespace(namespace, obj); err != nil {
 		return nil, false, err
 	}
+	unconditional := false
 	if v := obj.GetResourceVersion(); v != "" {
 		if rev, err := strconv.ParseInt(v, 10, 64); err != nil || rev <= 0 {
 			return nil, false, apierrors.NewBadRequest(fmt.Sprintf("invalid resourceVersion %q: send the value read from the server unchanged", v))
 		}
 	} else if conds.IfMatch == nil && !conds.CreateOnly {
-		return nil, false, newPreconditionRequired(fmt.Sprintf(
-			"%s %q: an update must say which version it replaces: send metadata.resourceVersion from the object you read, or an If-Match header with its ETag", gr, name))
+		if !s.unconditional.allows(s.Resource, obj) {
+			return nil, false, s.versionRequired(obj, nil)
+		}
+		unconditional = true
 	}
 
 	if err := s.validateAlone(obj); err != nil {
 		return nil, false, err
+	}
+	if unconditional {
+		return s.updateUnconditionally(ctx, namespace, name, obj, conds)
 	}
 	return s.replace(ctx, namespace, name, conds, func(Object) (Object, error) { return obj, nil })
 }
