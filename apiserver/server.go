@@ -113,6 +113,7 @@ func New(cfg Config) *Handler {
 	}
 	m := newMetrics(cfg.Metrics, cfg.Stores)
 	reportCorruptObjects(cfg.Stores, cfg.Logger, cfg.Metrics)
+	reportUnconditionalUpdates(cfg.Stores, cfg.Logger, cfg.Metrics)
 	router := mux.NewRouter()
 	// Keep ".." and "." in paths so that they are refused as names, not
 	// redirected somewhere else.
