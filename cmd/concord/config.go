@@ -75,6 +75,10 @@ type Config struct {
 	// WatchCache serves gets and lists (first pages) from memory kept current by a
 	// watch.
 	WatchCache bool
+	// UnconditionalUpdate says which replaces may come without a
+	// resourceVersion or If-Match: helm-releases, none or kube
+	// (registry.ParseUnconditionalUpdate).
+	UnconditionalUpdate string
 }
 
 // DefaultConfig is dev mode: embedded etcd, loopback only.
@@ -96,6 +100,7 @@ func DefaultConfig() Config {
 		MaxMutatingRequestsInFlight: 200,
 		Profiling:                   true,
 		WatchCache:                  true,
+		UnconditionalUpdate:         registry.UnconditionalHelmReleases.String(),
 	}
 }
 
@@ -140,6 +145,7 @@ func (cfg *Config) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&cfg.MaxMutatingRequestsInFlight, "max-mutating-requests-inflight", cfg.MaxMutatingRequestsInFlight, "most mutating requests (POST, PUT, PATCH, DELETE) served at once; more are answered 429 with Retry-After; 0: no limit")
 	fs.BoolVar(&cfg.WatchCache, "watch-cache", cfg.WatchCache, "serve gets and lists (their first page; resourceVersion unset or 0) from memory: each replica keeps every object of a resource it reads current with an etcd watch and, per read, reads only etcd's current revision (one request for all reads that arrive meanwhile) and waits until it has applied it, so reads stay linearizable; false: every read goes to etcd")
 	fs.BoolVar(&cfg.Profiling, "profiling", cfg.Profiling, "serve Go's CPU, heap and goroutine profiles under /debug/pprof/ (authorized as a non-resource URL: by default system:masters only)")
+	fs.StringVar(&cfg.UnconditionalUpdate, "unconditional-update", cfg.UnconditionalUpdate, "which replaces (PUT) may come without metadata.resourceVersion or If-Match, done as kube-apiserver does (one etcd transaction guarded by the revision read, retried when another write lands first): helm-releases (Helm 3's release records: Secrets of type helm.sh/release.v1, ConfigMaps and Secrets labelled owner=helm), none (every one is refused with 428), or kube (kube-apiserver's rule: ConfigMaps, Secrets and Namespaces; never Leases)")
 	fs.StringVar(&cfg.EncryptionProviderConfig, "encryption-provider-config", cfg.EncryptionProviderConfig, "EncryptionConfiguration file (kube-apiserver's format; providers aesgcm and identity) saying which resources are encrypted at rest in etcd, e.g. secrets")
 }
 
@@ -215,6 +221,9 @@ func (cfg *Config) Validate() error {
 	}
 	if cfg.MaxMutatingRequestsInFlight < 0 {
 		errs = append(errs, fmt.Errorf("--max-mutating-requests-inflight: %d must not be negative (0: no limit)", cfg.MaxMutatingRequestsInFlight))
+	}
+	if _, err := registry.ParseUnconditionalUpdate(cfg.UnconditionalUpdate); err != nil {
+		errs = append(errs, fmt.Errorf("--unconditional-update: %q is not one of helm-releases (the default), none, kube", cfg.UnconditionalUpdate))
 	}
 	errs = append(errs, cfg.validateEtcdTLS()...)
 	errs = append(errs, cfg.validateSecurity()...)

@@ -65,6 +65,20 @@ func TestValidateEtcdTLSAndTimeouts(t *testing.T) {
 	runValidateCases(t, tests)
 }
 
+func TestValidateUnconditionalUpdate(t *testing.T) {
+	if got := DefaultConfig().UnconditionalUpdate; got != "helm-releases" {
+		t.Errorf("--unconditional-update default = %q; want helm-releases", got)
+	}
+	runValidateCases(t, []validateCase{
+		{"helm-releases", func(c *Config) { c.UnconditionalUpdate = "helm-releases" }, ""},
+		{"none", func(c *Config) { c.UnconditionalUpdate = "none" }, ""},
+		{"kube", func(c *Config) { c.UnconditionalUpdate = "kube" }, ""},
+		{"unknown", func(c *Config) { c.UnconditionalUpdate = "always" }, `--unconditional-update: "always" is not one of helm-releases (the default), none, kube`},
+		{"empty", func(c *Config) { c.UnconditionalUpdate = "" }, `--unconditional-update: "" is not one of`},
+		{"wrong case", func(c *Config) { c.UnconditionalUpdate = "Kube" }, `--unconditional-update: "Kube" is not one of`},
+	})
+}
+
 // validateCase is a change to the default configuration and what Validate
 // says of it: wantErr is part of the error, "" for a valid one.
 type validateCase struct {

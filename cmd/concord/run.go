@@ -49,6 +49,10 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 	if err != nil {
 		return err
 	}
+	unconditional, err := registry.ParseUnconditionalUpdate(cfg.UnconditionalUpdate)
+	if err != nil {
+		return fmt.Errorf("--unconditional-update: %w", err)
+	}
 	if encryptAtRest != nil {
 		log.Info("encryption at rest", "config", cfg.EncryptionProviderConfig, "writes", encryptAtRest.Writers(servedResources()))
 	}
@@ -125,7 +129,7 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 		Metrics:        storeMetrics,
 		TTL:            map[string]time.Duration{registry.Events.Plural: cfg.EventTTL},
 	})
-	storeOpts := []registry.StoreOption{registry.WithEncryption(encryptAtRest)}
+	storeOpts := []registry.StoreOption{registry.WithEncryption(encryptAtRest), registry.WithUnconditionalUpdate(unconditional)}
 	if !cfg.WatchCache {
 		storeOpts = append(storeOpts, registry.WithoutReadCache())
 	}
