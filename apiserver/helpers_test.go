@@ -89,7 +89,9 @@ func startServerWithOptions(t testing.TB, opts serverOptions) *testServer {
 	reg := prometheus.NewRegistry()
 	groups := map[string]string{}
 	for _, res := range registry.Resources {
-		groups[res.Plural] = res.GroupVersion.Group
+		if res.Storage == nil { // the key space is the stored version's
+			groups[res.Plural] = res.GroupVersion.Group
+		}
 	}
 	storeMetrics, err := etcdstore.NewMetrics(reg, groups)
 	if err != nil {
