@@ -193,7 +193,7 @@ func TestEventsBadInput(t *testing.T) {
 			"involvedObject.namespace", `Invalid value: "": does not match event.namespace`},
 		{"v1 event with an invalid type", "/apis/events.k8s.io/v1/namespaces/team/events", v1(`"type":"Sometimes","note":"n"`),
 			"type", `Invalid value: "": has invalid value: Sometimes`},
-		{"v1 event with a note over 1 KiB", "/apis/events.k8s.io/v1/namespaces/team/events", v1(`"type":"Normal","note":"`+long+`"`),
+		{"v1 event with a note over 1 KiB", "/apis/events.k8s.io/v1/namespaces/team/events", v1(`"type":"Normal","note":"` + long + `"`),
 			"message", `Invalid value: "": can have at most 1024 characters`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -41,12 +41,12 @@ type Config struct {
 	EtcdCompactionInterval time.Duration
 	// EventTTL is how long an Event lives after its last write
 	// (kube-apiserver's --event-ttl): its key is on an etcd lease.
-	EventTTL time.Duration
-	BindAddress            string
-	Port                   int
-	DataDir                string
-	WriteKubeconfig        string
-	LogFormat              string
+	EventTTL        time.Duration
+	BindAddress     string
+	Port            int
+	DataDir         string
+	WriteKubeconfig string
+	LogFormat       string
 	// CORSAllowedOrigins are regular expressions; empty disables CORS.
 	CORSAllowedOrigins []string
 	RequestTimeout     time.Duration
