@@ -106,6 +106,28 @@ var unconditionalCases = []unconditionalCase{
 		allowed: map[registry.UnconditionalUpdate]bool{},
 	},
 	{
+		name:       "Event",
+		collection: "/api/v1/namespaces/default/events", item: "/api/v1/namespaces/default/events/cm.1",
+		key: "/registry/events/default/cm.1", resource: "events",
+		create:  map[string]any{"metadata": map[string]any{"name": "cm.1"}, "involvedObject": map[string]any{"kind": "ConfigMap", "namespace": "default", "name": "cm"}, "reason": "R", "message": "before", "type": "Normal"},
+		update:  map[string]any{"metadata": map[string]any{"name": "cm.1"}, "involvedObject": map[string]any{"kind": "ConfigMap", "namespace": "default", "name": "cm"}, "reason": "R", "message": "after", "type": "Normal"},
+		changed: func(obj map[string]any) string { return dig(obj, "message") },
+		before:  "before", after: "after",
+		message: `events "cm.1"` + versionRequiredMsg,
+		allowed: map[registry.UnconditionalUpdate]bool{registry.UnconditionalKube: true},
+	},
+	{
+		name:       "events.k8s.io Event",
+		collection: "/apis/events.k8s.io/v1/namespaces/default/events", item: "/apis/events.k8s.io/v1/namespaces/default/events/cm.2",
+		key: "/registry/events/default/cm.2", resource: "events",
+		create:  eventsV1Body("a"),
+		update:  eventsV1Body("b"),
+		changed: func(obj map[string]any) string { return dig(obj, "metadata", "labels", "tier") },
+		before:  "a", after: "b",
+		message: `events.events.k8s.io "cm.2"` + versionRequiredMsg,
+		allowed: map[registry.UnconditionalUpdate]bool{registry.UnconditionalKube: true},
+	},
+	{
 		name:       "Namespace",
 		collection: "/api/v1/namespaces", item: "/api/v1/namespaces/team",
 		key: "/registry/namespaces/team", resource: "namespaces",
@@ -376,5 +398,17 @@ func TestUnconditionalUpdateDryRun(t *testing.T) {
 	}
 	if v := value(t, scrape(t, s), "concord_unconditional_updates_total", map[string]string{"group": "", "resource": "configmaps"}); v != 0 {
 		t.Errorf("concord_unconditional_updates_total{configmaps} = %v after a dry run; want 0", v)
+	}
+}
+
+// eventsV1Body is a valid events.k8s.io/v1 Event labelled tier=tier (the
+// one field an update of it may change here: kube keeps the rest immutable).
+func eventsV1Body(tier string) map[string]any {
+	return map[string]any{
+		"apiVersion": "events.k8s.io/v1", "kind": "Event",
+		"metadata":  map[string]any{"name": "cm.2", "labels": map[string]string{"tier": tier}},
+		"eventTime": "2026-01-01T00:00:00.000000Z", "reportingController": "example.com/c", "reportingInstance": "c-1",
+		"action": "A", "reason": "R", "type": "Normal", "note": "n",
+		"regarding": map[string]any{"kind": "ConfigMap", "namespace": "default", "name": "cm"},
 	}
 }

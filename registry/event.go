@@ -43,6 +43,8 @@ var Events = &Resource{
 		"reason", "reportingComponent", "source", "type", "metadata.namespace", "metadata.name",
 	},
 	FieldSet: func(obj Object) fields.Set { return eventFields(obj.(*corev1.Event)) },
+	// As kube's event strategy (both versions).
+	AllowUnconditionalUpdate: true,
 }
 
 // EventsV1 are events.k8s.io/v1 Events: the same stored objects as Events,
@@ -69,7 +71,8 @@ var EventsV1 = &Resource{
 		"regarding.apiVersion", "regarding.resourceVersion", "regarding.fieldPath",
 		"reason", "reportingController", "source", "type", "metadata.namespace", "metadata.name",
 	},
-	FieldSet: func(obj Object) fields.Set { return eventsV1Fields(obj.(*eventsv1.Event)) },
+	FieldSet:                 func(obj Object) fields.Set { return eventsV1Fields(obj.(*eventsv1.Event)) },
+	AllowUnconditionalUpdate: true,
 	Storage: &StorageVersion{
 		Of:         Events,
 		ToStored:   func(obj Object) (Object, error) { return eventFromV1(obj.(*eventsv1.Event)), nil },
