@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/concord-dev/concord/etcdstore"
 	"github.com/concord-dev/concord/etcdstore/etcdtest"
@@ -26,21 +27,8 @@ func TestWatchResumesPastAFrozenMember(t *testing.T) {
 	}
 	defer m.Close()
 	reg := prometheus.NewRegistry()
-	metrics, err := etcdstore.NewMetrics(reg, map[string]string{"configmaps": ""})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := etcdstore.NewWithOptions(client, "/registry", etcdstore.Options{RequestTimeout: 2 * time.Second, Metrics: metrics})
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	from, err := s.CurrentRevision(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := s.Watch(ctx, "configmaps", from)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx := t.Context()
+	s, w := watchFromNow(t, ctx, client, reg)
 	const perPhase = 10
 	n := 0
 	write := func(t *testing.T) {
@@ -104,21 +92,8 @@ func TestWatchResumesPastAFrozenMember(t *testing.T) {
 func TestIdleWatchReportsOnlyWhatIsAsked(t *testing.T) {
 	e := etcdtest.Start(t)
 	reg := prometheus.NewRegistry()
-	metrics, err := etcdstore.NewMetrics(reg, map[string]string{"configmaps": ""})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := etcdstore.NewWithOptions(e.Client, "/registry", etcdstore.Options{Metrics: metrics})
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	from, err := s.CurrentRevision(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := s.Watch(ctx, "configmaps", from)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx := t.Context()
+	s, w := watchFromNow(t, ctx, e.Client, reg)
 	// Nothing written since the watch began: etcd reports no progress to
 	// it, and the watch must not take that for a dead stream.
 	time.Sleep(5 * time.Second)
@@ -127,7 +102,8 @@ func TestIdleWatchReportsOnlyWhatIsAsked(t *testing.T) {
 	}
 	// etcd reports progress only once its revision is past the watch's
 	// start: another resource moves it.
-	if _, err := s.Create(ctx, etcdstore.Ref{Resource: "secrets", Namespace: "default", Name: "elsewhere"}, []byte("v")); err != nil {
+	moved, err := s.Create(ctx, etcdstore.Ref{Resource: "secrets", Namespace: "default", Name: "elsewhere"}, []byte("v"))
+	if err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -143,12 +119,32 @@ func TestIdleWatchReportsOnlyWhatIsAsked(t *testing.T) {
 	}
 	select {
 	case r := <-w.C:
-		if r.Err != nil || len(r.Events) != 0 || r.Progress < from {
-			t.Errorf("answer to RequestProgress: %+v; want a progress report at %d or later", r, from)
+		if r.Err != nil || len(r.Events) != 0 || r.Progress < moved {
+			t.Errorf("answer to RequestProgress: %+v; want a progress report at %d or later", r, moved)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("no progress report within 5s of RequestProgress")
 	}
+}
+
+// watchFromNow is a store over client with its metrics in reg, and a watch
+// of its ConfigMaps from etcd's current revision, until ctx ends.
+func watchFromNow(t *testing.T, ctx context.Context, client *clientv3.Client, reg *prometheus.Registry) (*etcdstore.Store, *etcdstore.Watch) {
+	t.Helper()
+	metrics, err := etcdstore.NewMetrics(reg, map[string]string{"configmaps": ""})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := etcdstore.NewWithOptions(client, "/registry", etcdstore.Options{RequestTimeout: 2 * time.Second, Metrics: metrics})
+	from, err := s.CurrentRevision(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := s.Watch(ctx, "configmaps", from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, w
 }
 
 // stalls is etcd_request_errors_total{operation="watch"}: the watch streams
