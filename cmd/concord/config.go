@@ -315,11 +315,16 @@ func (cfg *Config) encryption() (*encryption.Transformers, error) {
 	return t, nil
 }
 
-// servedResources are the resources Concord serves, as rules name them.
+// servedResources are the resources Concord stores, as encryption rules
+// name them: a resource served in another version of stored objects
+// (events.events.k8s.io) is encrypted as the resource that stores them
+// (events), so a rule naming it would have no effect and is refused.
 func servedResources() []schema.GroupResource {
 	var served []schema.GroupResource
 	for _, res := range registry.Resources {
-		served = append(served, res.GroupResource())
+		if res.Storage == nil {
+			served = append(served, res.GroupResource())
+		}
 	}
 	return served
 }
