@@ -13,11 +13,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/tools/record"
 
@@ -167,6 +172,25 @@ func TestEvents(t *testing.T) {
 		}
 	})
 
+	t.Run("RESTMapper", func(t *testing.T) {
+		dc, err := discovery.NewDiscoveryClientForConfig(&rest.Config{Host: srv.url, Timeout: requestTimeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+		for _, gk := range []schema.GroupKind{{Kind: "Event"}, {Group: "events.k8s.io", Kind: "Event"}} {
+			m, err := mapper.RESTMapping(gk)
+			if err != nil || m.Resource.Resource != "events" || m.Resource.Group != gk.Group || m.Resource.Version != "v1" || m.Scope.Name() != meta.RESTScopeNameNamespace {
+				t.Errorf("RESTMapping(%s) = %+v, %v; want namespaced events in %q v1", gk, m, err, gk.Group)
+			}
+		}
+		// "events" alone is the core group's, as on a real cluster.
+		gvr, err := mapper.ResourceFor(schema.GroupVersionResource{Resource: "events"})
+		if err != nil || gvr.Group != "" {
+			t.Errorf("ResourceFor(events) = %v, %v; want core/v1 events", gvr, err)
+		}
+	})
+
 	t.Run("kubectl describe configmap", func(t *testing.T) {
 		out := k.run(t, "describe", "configmap", "app")
 		_, events, found := strings.Cut(out, "\nEvents:")
@@ -205,6 +229,36 @@ func TestEvents(t *testing.T) {
 		}
 		if msg := k.fail(t, "get", "events", "--field-selector", "spec.bogus=1"); !strings.Contains(msg, "field label not supported: spec.bogus") {
 			t.Errorf("kubectl get events with an unknown field: %s", msg)
+		}
+	})
+
+	t.Run("kubectl create and explain with OpenAPI", func(t *testing.T) {
+		// kubectl's default --validate=strict checks the body against the
+		// OpenAPI document of the group version.
+		manifest := k.writeFile(t, "event.yaml", `apiVersion: events.k8s.io/v1
+kind: Event
+metadata:
+  name: manual.1
+eventTime: "2026-01-01T00:00:00.000000Z"
+reportingController: example.com/kubectl
+reportingInstance: kubectl-1
+action: Create
+reason: Manual
+type: Normal
+note: created by kubectl
+regarding:
+  kind: ConfigMap
+  namespace: default
+  name: other
+`, 0o644)
+		if out := k.run(t, "create", "-f", manifest); out != "event.events.k8s.io/manual.1 created\n" {
+			t.Errorf("kubectl create -f event.yaml printed %q", out)
+		}
+		if out := k.run(t, "explain", "events.regarding", "--api-version=events.k8s.io/v1"); !strings.Contains(out, "regarding") || !strings.Contains(out, "ObjectReference") {
+			t.Errorf("kubectl explain events.regarding --api-version=events.k8s.io/v1:\n%s", out)
+		}
+		if out := k.run(t, "explain", "events.involvedObject"); !strings.Contains(out, "involvedObject") {
+			t.Errorf("kubectl explain events.involvedObject:\n%s", out)
 		}
 	})
 
