@@ -1,9 +1,7 @@
 package apiserver_test
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -186,36 +184,6 @@ func TestCorruptObjectFailsOnlyTheReadsThatIncludeIt(t *testing.T) {
 	}
 }
 
-// watchLines reads a JSON watch stream: each event's type and object (or
-// Status), until the stream ends (the channel closes).
-func watchLines(body io.ReadCloser) <-chan watchEvent {
-	events := make(chan watchEvent, 100)
-	go func() {
-		defer close(events)
-		defer body.Close()
-		dec := json.NewDecoder(bufio.NewReader(body))
-		for {
-			var raw struct {
-				Type   string          `json:"type"`
-				Object json.RawMessage `json:"object"`
-			}
-			if err := dec.Decode(&raw); err != nil {
-				return
-			}
-			ev := watchEvent{Type: raw.Type}
-			target := any(&ev.Object)
-			if raw.Type == "ERROR" {
-				target = &ev.Status
-			}
-			if json.Unmarshal(raw.Object, target) != nil {
-				return
-			}
-			events <- ev
-		}
-	}()
-	return events
-}
-
 // TestCorruptObjectLeavesOtherWatchesAlone: with an undecodable value in
 // the watch history, 300 HTTP/2 watches of another namespace open at once
 // (on the old code each waited for a fan-out that died on the value, then
@@ -248,7 +216,7 @@ func TestCorruptObjectLeavesOtherWatchesAlone(t *testing.T) {
 			resp.Body.Close()
 			return nil, fmt.Errorf("%s: %d over %s; want 200 over HTTP/2", path, resp.StatusCode, resp.Proto)
 		}
-		return watchLines(resp.Body), nil
+		return watchLines(resp.Body, 100), nil
 	}
 
 	const watchers = 300

@@ -1,8 +1,10 @@
 package apiserver_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -51,11 +53,18 @@ func (s *testServer) watch(t *testing.T, path string, query url.Values) *watchSt
 		resp.Body.Close()
 		t.Fatalf("watch %s?%s: %d %q; want 200 application/json", path, query.Encode(), resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
-	events := make(chan watchEvent, 10000)
+	return &watchStream{events: watchLines(resp.Body, 10000), cancel: cancel}
+}
+
+// watchLines reads a JSON watch stream in the background: each event's type
+// and object (or Status), on a channel of buffer events that closes when
+// the stream ends.
+func watchLines(body io.ReadCloser, buffer int) <-chan watchEvent {
+	events := make(chan watchEvent, buffer)
 	go func() {
 		defer close(events)
-		defer resp.Body.Close()
-		dec := json.NewDecoder(resp.Body)
+		defer body.Close()
+		dec := json.NewDecoder(bufio.NewReader(body))
 		for {
 			var raw struct {
 				Type   string          `json:"type"`
@@ -69,13 +78,13 @@ func (s *testServer) watch(t *testing.T, path string, query url.Values) *watchSt
 			if raw.Type == "ERROR" {
 				target = &ev.Status
 			}
-			if err := json.Unmarshal(raw.Object, target); err != nil {
+			if json.Unmarshal(raw.Object, target) != nil {
 				return
 			}
 			events <- ev
 		}
 	}()
-	return &watchStream{events: events, cancel: cancel}
+	return events
 }
 
 // next returns the next event; ok is false if the stream ended. It fails the
