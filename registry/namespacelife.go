@@ -140,7 +140,11 @@ func (s *Store) deleteNamespace(ctx context.Context, name string, opts *metav1.D
 		break
 	}
 	if !conds.DryRun {
-		for _, content := range s.contents {
+		var contents []*Store
+		if s.contents != nil {
+			contents = s.contents()
+		}
+		for _, content := range contents {
 			if err := content.deleteAll(ctx, name); err != nil {
 				return nil, err
 			}

@@ -61,9 +61,10 @@ type Store struct {
 	recent *recent
 	// namespaces is the Namespace store, whose objects guard creates.
 	namespaces *Store
-	// contents are the namespaced stores, for the Namespace store: what
-	// deleting a namespace deletes.
-	contents []*Store
+	// contents returns the namespaced stores, for the Namespace store: what
+	// deleting a namespace deletes. It is read at every deletion, so that
+	// it follows a Catalog as stores come and go; nil: none.
+	contents func() []*Store
 	// corruptions reports the stored values that cannot be read (corrupt.go).
 	corruptions corruptReports
 	// unconditional says which replaces may come without a version, and
@@ -98,17 +99,32 @@ func NewStores(storage Storage, cfg WatchConfig, opts ...StoreOption) []*Store {
 			namespaces = s
 		}
 	}
-	for _, s := range stores {
-		if s.Resource.Namespaced && namespaces != nil {
-			s.namespaces = namespaces
-			// A resource served in another version of stored objects
-			// (Resource.Storage) holds no contents of its own.
-			if s.Resource.Storage == nil {
-				namespaces.contents = append(namespaces.contents, s)
+	if namespaces != nil {
+		for _, s := range stores {
+			if s.Resource.Namespaced {
+				s.namespaces = namespaces
 			}
 		}
+		// A Catalog of these stores replaces this with its own, which
+		// follows the stores it adds and removes.
+		contents := namespaceContents(stores)
+		namespaces.contents = func() []*Store { return contents }
 	}
 	return stores
+}
+
+// namespaceContents are the stores of stores that hold objects in
+// namespaces: what deleting a namespace deletes. A resource served in
+// another version of stored objects (Resource.Storage) holds none of its
+// own.
+func namespaceContents(stores []*Store) []*Store {
+	var contents []*Store
+	for _, s := range stores {
+		if s.Resource.Namespaced && s.Resource.Storage == nil {
+			contents = append(contents, s)
+		}
+	}
+	return contents
 }
 
 func (s *Store) ref(namespace, name string) etcdstore.Ref {
@@ -199,7 +215,7 @@ func (s *Store) Create(ctx context.Context, namespace string, obj Object, opts W
 		if generated {
 			obj.SetName(generateName(obj.GetGenerateName()))
 		}
-		if err := s.validateAlone(obj); err != nil {
+		if err := s.validateAlone(obj, true); err != nil {
 			return nil, err
 		}
 		value, err := s.encode(s.keyOf(namespace, obj.GetName()), obj)
@@ -256,6 +272,9 @@ type WriteOptions struct {
 	// StrictFields refuses a patch that leaves unknown fields in the object
 	// (fieldValidation=Strict; PUT and POST bodies are checked when decoded).
 	StrictFields bool
+	// status: the write replaces the status only (UpdateStatus,
+	// PatchStatus), prepared and checked with the StatusStrategy.
+	status bool
 }
 
 // maxWriteAttempts bounds the re-reads of a write that races other writes.
@@ -288,7 +307,7 @@ func (s *Store) Update(ctx context.Context, namespace, name string, obj Object, 
 		unconditional = true
 	}
 
-	if err := s.validateAlone(obj); err != nil {
+	if err := s.validateAlone(obj, false); err != nil {
 		return nil, false, err
 	}
 	if unconditional {
@@ -301,10 +320,14 @@ func (s *Store) Update(ctx context.Context, namespace, name string, obj Object, 
 // need no stored state — its metadata (name, labels, annotations, ...) and
 // its kind's own rules (data keys, sizes) — so that bad input is answered
 // 422 whatever etcd is doing. prepareUpdate checks everything again with
-// the stored object.
-func (s *Store) validateAlone(obj Object) error {
+// the stored object. A replacement (create false) of a resource whose
+// Strategy.Validate is for creates only (Resource.ValidateCreatesOnly) has
+// its metadata checked only.
+func (s *Store) validateAlone(obj Object, create bool) error {
 	errs := apivalidation.ValidateObjectMetaAccessor(obj, s.Resource.Namespaced, s.Resource.NameValidation, field.NewPath("metadata"))
-	errs = append(errs, s.Resource.Strategy.Validate(obj)...)
+	if create || !s.Resource.ValidateCreatesOnly {
+		errs = append(errs, s.Resource.Strategy.Validate(obj)...)
+	}
 	if len(errs) > 0 {
 		return apierrors.NewInvalid(s.Resource.GroupVersionKind().GroupKind(), obj.GetName(), errs)
 	}
@@ -326,7 +349,8 @@ func (s *Store) replace(ctx context.Context, namespace, name string, opts WriteO
 		// again from etcd — except a write etcd may have applied, whose
 		// re-read could find its own result.
 		stored, old, remembered, err := s.readForWrite(ctx, namespace, name, attempt == 0 && !opts.CreateOnly && !opts.DryRun)
-		if errors.Is(err, etcdstore.ErrNotFound) && opts.CreateOnly {
+		// A status write never creates the object (UpdateStatus).
+		if errors.Is(err, etcdstore.ErrNotFound) && opts.CreateOnly && !opts.status {
 			obj, err := build(nil)
 			if err != nil {
 				return nil, false, err
@@ -372,7 +396,7 @@ func (s *Store) replaceFrom(ctx context.Context, namespace, name string, opts Wr
 	if rv := obj.GetResourceVersion(); rv != "" && rv != current {
 		return nil, false, apierrors.NewConflict(gr, name, errors.New(OptimisticLockErrorMsg))
 	}
-	next, err := s.prepareUpdate(obj, old)
+	next, err := s.prepareUpdate(obj, old, s.updateStrategy(opts))
 	if err != nil {
 		return nil, false, err
 	}
@@ -465,9 +489,10 @@ func copyObject(obj Object) Object {
 }
 
 // prepareUpdate checks obj as a replacement of old and carries over what the
-// system owns. It works on a copy, so a retried write starts from the
+// system owns, with strategy (the resource's, or its StatusStrategy for a
+// status write). It works on a copy, so a retried write starts from the
 // client's object again.
-func (s *Store) prepareUpdate(in, old Object) (Object, error) {
+func (s *Store) prepareUpdate(in, old Object, strategy UpdateStrategy) (Object, error) {
 	obj, ok := in.DeepCopyObject().(Object)
 	if !ok {
 		return nil, fmt.Errorf("copy of %T is not an Object", in)
@@ -482,10 +507,10 @@ func (s *Store) prepareUpdate(in, old Object) (Object, error) {
 	obj.SetDeletionTimestamp(old.GetDeletionTimestamp())
 	obj.SetDeletionGracePeriodSeconds(old.GetDeletionGracePeriodSeconds())
 	obj.SetGeneration(old.GetGeneration())
-	s.Resource.Strategy.PrepareForUpdate(obj, old)
+	strategy.PrepareForUpdate(obj, old)
 	errs := apivalidation.ValidateObjectMetaAccessor(obj, s.Resource.Namespaced, s.Resource.NameValidation, field.NewPath("metadata"))
 	errs = append(errs, apivalidation.ValidateObjectMetaAccessorUpdate(obj, old, field.NewPath("metadata"))...)
-	errs = append(errs, s.Resource.Strategy.ValidateUpdate(obj, old)...)
+	errs = append(errs, strategy.ValidateUpdate(obj, old)...)
 	if len(errs) > 0 {
 		return nil, apierrors.NewInvalid(s.Resource.GroupVersionKind().GroupKind(), obj.GetName(), errs)
 	}
