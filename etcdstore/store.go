@@ -23,6 +23,8 @@ import (
 
 // Ref names one object: <prefix>/<resource>/<namespace>/<name>, or
 // <prefix>/<resource>/<name> when Namespace is empty (cluster-scoped).
+// Resource may itself be several segments, "<group>/<plural>", as
+// kube-apiserver keys custom resources and CRDs; each is checked.
 type Ref struct {
 	Resource  string
 	Namespace string
@@ -333,11 +335,14 @@ func casFailure(op, key string, expected int64, current *mvccpb.KeyValue) error 
 // key builds the etcd key for ref. Every segment is checked so that no name
 // can climb out of its resource's key space.
 func (s *Store) key(ref Ref) (string, error) {
+	if err := checkResource(ref.Resource); err != nil {
+		return "", err
+	}
 	segments := []string{ref.Resource, ref.Name}
 	if ref.Namespace != "" {
 		segments = []string{ref.Resource, ref.Namespace, ref.Name}
 	}
-	for _, seg := range segments {
+	for _, seg := range segments[1:] {
 		if err := checkSegment(seg); err != nil {
 			return "", err
 		}
@@ -348,7 +353,7 @@ func (s *Store) key(ref Ref) (string, error) {
 // listPrefix is the range a list reads; it ends in "/" so that a namespace
 // "a" never lists the objects of namespace "ab".
 func (s *Store) listPrefix(resource, namespace string) (string, error) {
-	if err := checkSegment(resource); err != nil {
+	if err := checkResource(resource); err != nil {
 		return "", err
 	}
 	if namespace == "" {
@@ -358,6 +363,17 @@ func (s *Store) listPrefix(resource, namespace string) (string, error) {
 		return "", err
 	}
 	return s.prefix + "/" + resource + "/" + namespace + "/", nil
+}
+
+// checkResource checks each "/"-separated segment of a resource's part of
+// its keys ("configmaps", "example.com/widgets").
+func checkResource(resource string) error {
+	for seg := range strings.SplitSeq(resource, "/") {
+		if err := checkSegment(seg); err != nil {
+			return fmt.Errorf("resource %q: %w", resource, err)
+		}
+	}
+	return nil
 }
 
 func checkSegment(seg string) error {

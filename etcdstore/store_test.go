@@ -133,6 +133,33 @@ func equal(a, b []string) bool {
 	return len(a) == len(b)
 }
 
+// TestGroupResourceKeys: a resource of two segments (custom resources:
+// "<group>/<plural>") is keyed as kube-apiserver keys it, and its list
+// range holds its own keys only.
+func TestGroupResourceKeys(t *testing.T) {
+	s, e := newStore(t)
+	ctx := testContext(t)
+	ref := etcdstore.Ref{Resource: "example.com/widgets", Namespace: "default", Name: "w"}
+	if _, err := s.Create(ctx, ref, []byte("v1")); err != nil {
+		t.Fatalf("Create(%+v): %v", ref, err)
+	}
+	other := etcdstore.Ref{Resource: "example.com/widgetsets", Namespace: "default", Name: "w"}
+	if _, err := s.Create(ctx, other, []byte("v2")); err != nil {
+		t.Fatalf("Create(%+v): %v", other, err)
+	}
+	raw, err := e.Client.Get(ctx, "/registry/example.com/widgets/default/w")
+	if err != nil || len(raw.Kvs) != 1 || string(raw.Kvs[0].Value) != "v1" {
+		t.Fatalf("raw etcd key = %v, %v; want value v1", raw, err)
+	}
+	list, err := s.List(ctx, "example.com/widgets", "", etcdstore.ListOptions{})
+	if err != nil || len(list.Objects) != 1 || list.Objects[0].Key != "default/w" {
+		t.Fatalf("List(example.com/widgets) = %+v, %v; want the one key default/w", list, err)
+	}
+	if n, err := s.Count(ctx, "example.com/widgets"); err != nil || n != 1 {
+		t.Errorf("Count(example.com/widgets) = %d, %v; want 1", n, err)
+	}
+}
+
 func TestInvalidKeysNeverReachEtcd(t *testing.T) {
 	s, e := newStore(t)
 	ctx := testContext(t)
@@ -144,6 +171,10 @@ func TestInvalidKeysNeverReachEtcd(t *testing.T) {
 		{Resource: "configmaps", Namespace: "..", Name: "x"},
 		{Resource: "configmaps", Namespace: "a/../b", Name: "x"},
 		{Resource: "", Namespace: "default", Name: "x"},
+		{Resource: "example.com/", Namespace: "default", Name: "x"},
+		{Resource: "/widgets", Namespace: "default", Name: "x"},
+		{Resource: "example.com/../widgets", Namespace: "default", Name: "x"},
+		{Resource: "example.com//widgets", Name: "x"},
 	} {
 		if _, err := s.Create(ctx, ref, []byte("x")); !errors.Is(err, etcdstore.ErrInvalidKey) {
 			t.Errorf("Create(%+v) = %v; want ErrInvalidKey", ref, err)
@@ -154,6 +185,9 @@ func TestInvalidKeysNeverReachEtcd(t *testing.T) {
 	}
 	if _, err := s.List(ctx, "configmaps", "..", etcdstore.ListOptions{}); !errors.Is(err, etcdstore.ErrInvalidKey) {
 		t.Errorf("List(..) = %v; want ErrInvalidKey", err)
+	}
+	if _, err := s.List(ctx, "example.com/..", "", etcdstore.ListOptions{}); !errors.Is(err, etcdstore.ErrInvalidKey) {
+		t.Errorf("List(example.com/..) = %v; want ErrInvalidKey", err)
 	}
 	all, err := e.Client.Get(ctx, "\x00", clientv3.WithFromKey())
 	if err != nil {
