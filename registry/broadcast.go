@@ -209,14 +209,14 @@ func (b *broadcaster) start(ctx context.Context) (<-chan struct{}, error) {
 	// Replay only history etcd still has: a fan-out started below the
 	// compaction would fail at once, and with it every watch it took on.
 	start := max(1, current-int64(b.cfg.HistorySize))
-	_, err = b.store.storage.List(ctx, b.store.Resource.Plural, "", etcdstore.ListOptions{Revision: start, Limit: 1})
+	_, err = b.store.storage.List(ctx, b.store.Resource.storagePrefix(), "", etcdstore.ListOptions{Revision: start, Limit: 1})
 	if errors.Is(err, etcdstore.ErrCompacted) {
 		start = current
 	} else if err != nil {
 		return nil, err
 	}
 	wctx, cancel := context.WithCancel(context.Background())
-	w, err := b.store.storage.Watch(wctx, b.store.Resource.Plural, start)
+	w, err := b.store.storage.Watch(wctx, b.store.Resource.storagePrefix(), start)
 	if err != nil {
 		cancel()
 		return nil, err
@@ -418,7 +418,7 @@ func (s *Store) decodeEvent(ev etcdstore.Event) (*event, error) {
 			}
 		}
 	}
-	key := s.Resource.Plural + "/" + ev.Key // its storageKey
+	key := s.Resource.storagePrefix() + "/" + ev.Key // its storageKey
 	var err error
 	if ev.Value != nil {
 		if e.obj, err = s.decode(key, etcdstore.Object{Value: ev.Value, Revision: ev.Revision}); err != nil {

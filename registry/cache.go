@@ -56,7 +56,7 @@ type cacheEntry struct {
 }
 
 func (e *cacheEntry) decode(s *Store) (Object, error) {
-	e.once.Do(func() { e.decoded, e.err = s.decode(s.Resource.Plural+"/"+e.stored.Key, e.stored) })
+	e.once.Do(func() { e.decoded, e.err = s.decode(s.Resource.storagePrefix()+"/"+e.stored.Key, e.stored) })
 	return e.decoded, e.err
 }
 
@@ -205,7 +205,7 @@ func (c *readCache) load(ctx context.Context, gen int) {
 	objects, rev, err := c.readAll(ctx)
 	var w *etcdstore.Watch
 	if err == nil {
-		w, err = c.store.storage.Watch(ctx, c.store.Resource.Plural, rev)
+		w, err = c.store.storage.Watch(ctx, c.store.Resource.storagePrefix(), rev)
 	}
 	if err != nil {
 		c.resetIf(gen)
@@ -228,7 +228,7 @@ func (c *readCache) readAll(ctx context.Context) (map[string]*cacheEntry, int64,
 	var rev int64
 	start := ""
 	for {
-		res, err := c.store.storage.List(ctx, c.store.Resource.Plural, "", etcdstore.ListOptions{Revision: rev, Limit: maxPageSize, Start: start})
+		res, err := c.store.storage.List(ctx, c.store.Resource.storagePrefix(), "", etcdstore.ListOptions{Revision: rev, Limit: maxPageSize, Start: start})
 		if err != nil {
 			return nil, 0, err
 		}

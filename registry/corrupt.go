@@ -196,7 +196,7 @@ func (c *corruptItems) err() error {
 // corrupt is the error of the value stored at key (its storageKey) that
 // does not decrypt or decode, reported the first time it is met.
 func (s *Store) corrupt(key string, stored etcdstore.Object, why corruption, err error) error {
-	rest := strings.TrimPrefix(key, s.Resource.Plural+"/")
+	rest := strings.TrimPrefix(key, s.Resource.storagePrefix()+"/")
 	namespace, name := "", rest
 	if s.Resource.Namespaced {
 		namespace, name, _ = strings.Cut(rest, "/")

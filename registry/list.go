@@ -270,7 +270,7 @@ func (s *Store) readPage(ctx context.Context, namespace string, fromCache bool, 
 			return &listPage{ListResult: etcdstore.ListResult{Revision: rev}, cached: objects}, nil
 		}
 	}
-	res, err := s.storage.List(ctx, s.Resource.Plural, namespace, opts)
+	res, err := s.storage.List(ctx, s.Resource.storagePrefix(), namespace, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -292,7 +292,7 @@ func (s *Store) pageObject(page *listPage, namespace string, i int) (key, listKe
 	if namespace != "" {
 		listKey = strings.TrimPrefix(listKey, namespace+"/")
 	}
-	return s.Resource.Plural + "/" + stored.Key, listKey, stored, cached
+	return s.Resource.storagePrefix() + "/" + stored.Key, listKey, stored, cached
 }
 
 // listError is where a list's storage errors become Status errors.
@@ -305,7 +305,7 @@ func (s *Store) listError(ctx context.Context, err error, opts *metainternalvers
 	case errors.Is(err, etcdstore.ErrCompacted):
 		return apierrors.NewResourceExpired("The resourceVersion for the provided list is too old.")
 	case errors.Is(err, etcdstore.ErrFutureRevision):
-		current, curErr := s.storage.List(ctx, s.Resource.Plural, "", etcdstore.ListOptions{Limit: 1})
+		current, curErr := s.storage.List(ctx, s.Resource.storagePrefix(), "", etcdstore.ListOptions{Limit: 1})
 		if curErr != nil {
 			return toStatus(curErr, s.Resource.GroupResource(), "")
 		}

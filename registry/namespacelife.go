@@ -160,7 +160,7 @@ func (s *Store) deleteNamespace(ctx context.Context, name string, opts *metav1.D
 // again until none is left (bounded).
 func (s *Store) deleteAll(ctx context.Context, namespace string) error {
 	for range maxWriteAttempts {
-		res, err := s.storage.List(ctx, s.Resource.Plural, namespace, etcdstore.ListOptions{})
+		res, err := s.storage.List(ctx, s.Resource.storagePrefix(), namespace, etcdstore.ListOptions{})
 		if err != nil {
 			return toStatus(err, s.Resource.GroupResource(), "")
 		}

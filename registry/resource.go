@@ -35,10 +35,15 @@ type Resource struct {
 	GroupVersion schema.GroupVersion
 	Kind         string
 	// Plural is the resource name in URLs and etcd keys ("configmaps").
-	Plural     string
-	Singular   string
-	ShortNames []string
-	Namespaced bool
+	Plural string
+	// StoragePrefix, when set, is the resource's part of its etcd keys in
+	// place of Plural: "<group>/<plural>" for custom resources (and CRDs),
+	// as kube-apiserver keys them: <prefix>/<group>/<plural>/<ns>/<name>.
+	// A declaration with Storage uses its stored declaration's.
+	StoragePrefix string
+	Singular      string
+	ShortNames    []string
+	Namespaced    bool
 	// NameValidation checks metadata.name (apimachinery's validators).
 	NameValidation func(name string, prefix bool) []string
 	New            func() Object

@@ -131,7 +131,7 @@ func (s *Store) ref(namespace, name string) etcdstore.Ref {
 	if !s.Resource.Namespaced {
 		namespace = ""
 	}
-	return etcdstore.Ref{Resource: s.Resource.Plural, Namespace: namespace, Name: name}
+	return etcdstore.Ref{Resource: s.Resource.storagePrefix(), Namespace: namespace, Name: name}
 }
 
 // Get reads one object with a linearizable read: from the cache when it
@@ -188,7 +188,7 @@ func (s *Store) read(ctx context.Context, namespace, name string) (stored etcdst
 // Count returns how many objects of this resource etcd holds, in all
 // namespaces (for the apiserver_resource_objects metric).
 func (s *Store) Count(ctx context.Context) (int64, error) {
-	n, err := s.storage.Count(ctx, s.Resource.Plural)
+	n, err := s.storage.Count(ctx, s.Resource.storagePrefix())
 	if err != nil {
 		return 0, toStatus(err, s.Resource.GroupResource(), "")
 	}

@@ -26,6 +26,15 @@ func WithoutReadCache() StoreOption {
 	return func(s *Store) { s.cache = nil }
 }
 
+// storagePrefix is the resource's part of its etcd keys: StoragePrefix,
+// else Plural, of the declaration that stores its objects.
+func (r *Resource) storagePrefix() string {
+	if st := r.stored(); st.StoragePrefix != "" {
+		return st.StoragePrefix
+	}
+	return r.stored().Plural
+}
+
 // storageKey is the key of ref's value relative to the etcd prefix:
 // "<resource>/<namespace>/<name>", or "<resource>/<name>" when
 // cluster-scoped. It is the authenticated data of the value's encryption, so
@@ -45,9 +54,9 @@ func (s *Store) keyOf(namespace, name string) string { return storageKey(s.ref(n
 // namespace (its Key is relative to the list's prefix).
 func (s *Store) listedKey(namespace string, stored etcdstore.Object) string {
 	if namespace == "" {
-		return s.Resource.Plural + "/" + stored.Key
+		return s.Resource.storagePrefix() + "/" + stored.Key
 	}
-	return s.Resource.Plural + "/" + namespace + "/" + stored.Key
+	return s.Resource.storagePrefix() + "/" + namespace + "/" + stored.Key
 }
 
 // seal turns the serialized object into the value stored at key.

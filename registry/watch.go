@@ -67,7 +67,7 @@ func (s *Store) Watch(ctx context.Context, namespace string, opts *metainternalv
 	w := &Watch{store: s, namespace: namespace, filter: f, bookmarks: opts.AllowWatchBookmarks}
 	switch {
 	case opts.SendInitialEvents != nil && *opts.SendInitialEvents:
-		res, err := s.storage.List(ctx, s.Resource.Plural, namespace, etcdstore.ListOptions{})
+		res, err := s.storage.List(ctx, s.Resource.storagePrefix(), namespace, etcdstore.ListOptions{})
 		if err != nil {
 			return nil, s.watchError(err)
 		}
@@ -102,7 +102,7 @@ func (s *Store) Watch(ctx context.Context, namespace string, opts *metainternalv
 	var ok bool
 	if w.backlog, w.sub, ok = s.watch.subscribe(w.from); !ok {
 		dctx, cancel := context.WithCancel(ctx)
-		if w.direct, err = s.storage.Watch(dctx, s.Resource.Plural, w.from); err != nil {
+		if w.direct, err = s.storage.Watch(dctx, s.Resource.storagePrefix(), w.from); err != nil {
 			cancel()
 			return nil, s.watchError(err)
 		}
