@@ -73,6 +73,16 @@ type Resource struct {
 	// CreateOnly marks a resource that is not stored, only created and
 	// answered at once (SelfSubjectAccessReview): its only verb is create.
 	CreateOnly bool
+	// StatusStrategy, when set, gives the resource a status subresource:
+	// Store.UpdateStatus and PatchStatus write the status only, prepared
+	// and checked with it (status.go). The main Strategy then keeps the
+	// stored status on update, as kube's strategies do.
+	StatusStrategy UpdateStrategy
+	// ValidateCreatesOnly: Strategy.Validate is for creates only, so a
+	// replace is checked by ValidateUpdate alone, against the stored object
+	// whose state may relax the rules (kube's CRD validation ratchets on
+	// it), and not by Validate before it is read.
+	ValidateCreatesOnly bool
 	// AllowUnconditionalUpdate is kube-apiserver's strategy's: whether it
 	// accepts a replace without metadata.resourceVersion (an overwrite of
 	// whatever is stored). Concord follows it with --unconditional-update=kube
