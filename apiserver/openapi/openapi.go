@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+	"sync"
 	"unicode"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -57,9 +58,44 @@ func GroupVersions(resources []*registry.Resource) []schema.GroupVersion {
 	return gvs
 }
 
-// Build builds the v2 and v3 documents of resources; version is the
-// server's version for the documents' info.
+// Documented are those of resources whose object and list types have
+// OpenAPI definitions (package generated), in order: what Build documents.
+// A resource without them (one whose schema is not known as a Go type) is
+// served, but not documented.
+func Documented(resources []*registry.Resource) []*registry.Resource {
+	defs := definitionNames()
+	var out []*registry.Resource
+	for _, r := range resources {
+		if defs[definitionName(r.New())] && defs[definitionName(r.NewList())] {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// definitionNames are the names of the generated definitions.
+var definitionNames = sync.OnceValue(func() map[string]bool {
+	names := map[string]bool{}
+	for name := range generated.GetOpenAPIDefinitions(func(path string) spec.Ref { return spec.Ref{} }) {
+		names[name] = true
+	}
+	return names
+})
+
+// definitionName is the name of obj's type among the definitions, as the
+// builders find it (GetDefinitionName).
+func definitionName(obj any) string {
+	name := util.GetCanonicalTypeName(obj)
+	if strings.Contains(name, "/") { // a type without OpenAPIModelName
+		name = util.ToRESTFriendlyName(name)
+	}
+	return name
+}
+
+// Build builds the v2 and v3 documents of resources (the Documented ones);
+// version is the server's version for the documents' info.
 func Build(resources []*registry.Resource, version string) (*Specs, error) {
+	resources = Documented(resources)
 	containers := map[schema.GroupVersion]*routeContainer{}
 	for _, gv := range GroupVersions(resources) {
 		containers[gv] = &routeContainer{rootPath: groupVersionPath(gv)}
