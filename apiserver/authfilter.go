@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"slices"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,9 +16,9 @@ import (
 // it, before any routing or storage access: 401 for a request it cannot
 // authenticate, 403 for one the authorizer denies. A nil authn leaves the
 // API open (no users, no authorization); a nil authz is the built-in rules
-// alone. resources are the served resources, to label the metrics of
+// alone. served finds the served resources, to label the metrics of
 // refused requests.
-func withAuth(next http.Handler, authn *Authentication, authz Authorizer, resources []*registry.Resource) http.Handler {
+func withAuth(next http.Handler, authn *Authentication, authz Authorizer, served func(schema.GroupVersionResource) (*registry.Resource, bool)) http.Handler {
 	if authn == nil {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			attrs := requestAttributes(r)
@@ -30,17 +29,13 @@ func withAuth(next http.Handler, authn *Authentication, authz Authorizer, resour
 	if authz == nil {
 		authz = NewPolicyAuthorizer(nil)
 	}
-	known := map[schema.GroupVersionResource]*registry.Resource{}
-	for _, res := range resources {
-		known[res.GroupVersion.WithResource(res.Plural)] = res
-	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		attrs := requestAttributes(r)
 		info := infoOf(r)
 		info.attrs = &attrs
 		user, err := authn.authenticate(r)
 		if err != nil {
-			labelRefused(r, attrs, known)
+			labelRefused(r, attrs, served)
 			logger(r).Info("request not authenticated", "path", r.URL.Path, "reason", err.Error())
 			writeError(w, r, unauthorized())
 			return
@@ -50,13 +45,13 @@ func withAuth(next http.Handler, authn *Authentication, authz Authorizer, resour
 		if impersonating(r) {
 			// Acting as the caller while the client believes it acts as
 			// someone else would be a silent surprise: refuse instead.
-			labelRefused(r, attrs, known)
+			labelRefused(r, attrs, served)
 			writeError(w, r, apierrors.NewForbidden(schema.GroupResource{Resource: "users"}, r.Header.Get("Impersonate-User"),
 				errors.New("impersonation is not supported by this server")))
 			return
 		}
 		if allowed, reason := authz.Authorize(attrs); !allowed {
-			labelRefused(r, attrs, known)
+			labelRefused(r, attrs, served)
 			writeError(w, r, forbidden(attrs, reason))
 			return
 		}
@@ -70,11 +65,11 @@ func withAuth(next http.Handler, authn *Authentication, authz Authorizer, resour
 // labelRefused gives a refused request to a served resource the metric
 // labels its handler would have: a refused request never reaches it. Other
 // paths keep no resource label, so that no client can make up series.
-func labelRefused(r *http.Request, a Attributes, known map[schema.GroupVersionResource]*registry.Resource) {
+func labelRefused(r *http.Request, a Attributes, served func(schema.GroupVersionResource) (*registry.Resource, bool)) {
 	if !a.ResourceRequest || a.Subresource != "" {
 		return
 	}
-	res, ok := known[schema.GroupVersionResource{Group: a.APIGroup, Version: a.APIVersion, Resource: a.Resource}]
+	res, ok := served(schema.GroupVersionResource{Group: a.APIGroup, Version: a.APIVersion, Resource: a.Resource})
 	if !ok {
 		return
 	}
@@ -88,13 +83,19 @@ func labelRefused(r *http.Request, a Attributes, known map[schema.GroupVersionRe
 	describeResource(r, res, verb, a.Namespace, a.Name)
 }
 
-// servedResources are the resources of stores and the reviews.
-func servedResources(stores []*registry.Store) []*registry.Resource {
-	resources := slices.Clone(reviewResources)
-	for _, s := range stores {
-		resources = append(resources, s.Resource)
+// servedResource finds a resource the catalog serves now, or a review.
+func servedResource(c *registry.Catalog) func(schema.GroupVersionResource) (*registry.Resource, bool) {
+	return func(gvr schema.GroupVersionResource) (*registry.Resource, bool) {
+		if s, ok := c.Lookup(gvr.Group, gvr.Version, gvr.Resource); ok {
+			return s.Resource, true
+		}
+		for _, res := range reviewResources {
+			if res.GroupVersion.WithResource(res.Plural) == gvr {
+				return res, true
+			}
+		}
+		return nil, false
 	}
-	return resources
 }
 
 // impersonating reports whether the request asks to act as another user

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"reflect"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,16 +19,18 @@ import (
 	"github.com/concord-dev/concord/registry"
 )
 
-// reportCorruptObjects logs every stored value the stores meet that does
-// not decrypt or decode, once, with its etcd key, and counts it in
-// concord_storage_corrupt_objects_total (registry/corrupt.go).
-func reportCorruptObjects(stores []*registry.Store, log *slog.Logger, reg prometheus.Registerer) {
+// reportCorruptObjects logs every stored value the catalog's stores meet
+// that does not decrypt or decode, once, with its etcd key, and counts it
+// in concord_storage_corrupt_objects_total (registry/corrupt.go): the
+// stores served now and those added later, each from before it serves. A
+// resource that is no longer served in any version loses its series.
+func reportCorruptObjects(catalog *registry.Catalog, log *slog.Logger, reg prometheus.Registerer) {
 	count := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "concord_storage_corrupt_objects_total",
 		Help: "Stored values that do not decrypt or decode, each counted once when first read (the server log names its key). Reads that include one fail with 500; delete it with the delete option ignoreStoreReadErrorWithClusterBreakingPotential.",
 	}, []string{"group", "resource"})
 	reg.MustRegister(count)
-	for _, s := range stores {
+	catalog.OnAdd(func(s *registry.Store) {
 		res := s.Resource
 		counter := count.WithLabelValues(res.GroupVersion.Group, res.Plural) // 0 until one is met
 		s.OnCorruptObject(func(c registry.CorruptObject) {
@@ -36,7 +39,37 @@ func reportCorruptObjects(stores []*registry.Store, log *slog.Logger, reg promet
 				"revision", c.Revision, "err", c.Err,
 				"fix", "restore the value in etcd, or delete the object with the delete option ignoreStoreReadErrorWithClusterBreakingPotential=true (docs/api.md)")
 		})
+	})
+	forgetRemoved(catalog, func(*registry.Resource) bool { return true }, count)
+}
+
+// forgetRemoved deletes vec's {group, resource} series of the resources
+// (those of which counted is true) that the catalog stops serving in every
+// version, after each change.
+func forgetRemoved(catalog *registry.Catalog, counted func(*registry.Resource) bool, vec *prometheus.CounterVec) {
+	var mu sync.Mutex
+	served := servedGroupResources(catalog, counted)
+	catalog.Subscribe(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		now := servedGroupResources(catalog, counted)
+		for gr := range served {
+			if !now[gr] {
+				vec.DeleteLabelValues(gr.Group, gr.Resource)
+			}
+		}
+		served = now
+	})
+}
+
+func servedGroupResources(catalog *registry.Catalog, counted func(*registry.Resource) bool) map[schema.GroupResource]bool {
+	served := map[schema.GroupResource]bool{}
+	for _, s := range catalog.Stores() {
+		if counted(s.Resource) {
+			served[s.Resource.GroupResource()] = true
+		}
 	}
+	return served
 }
 
 // unsafeDeleteVerb is the verb kube-apiserver authorizes, besides delete,

@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/gorilla/mux"
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
@@ -37,62 +39,39 @@ var KubernetesVersion = version.Info{
 const aggregatedDiscoveryMediaType = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 
 // installDiscovery serves /api, /apis, /api/v1, /apis/<g>, /apis/<g>/<v>
-// and /version, all derived from the registry's declarations. /api and
-// /apis answer aggregated discovery (apidiscovery.k8s.io/v2) to clients
-// that ask for it, and the legacy APIVersions / APIGroupList otherwise.
-// extra are resources served without a store (SelfSubjectAccessReview).
-func installDiscovery(router *mux.Router, stores []*registry.Store, extra ...*registry.Resource) {
-	byGV := map[schema.GroupVersion][]*registry.Resource{}
-	for _, s := range stores {
-		byGV[s.Resource.GroupVersion] = append(byGV[s.Resource.GroupVersion], s.Resource)
-	}
-	for _, res := range extra {
-		byGV[res.GroupVersion] = append(byGV[res.GroupVersion], res)
-	}
-	for _, resources := range byGV {
-		sort.Slice(resources, func(i, j int) bool { return resources[i].Plural < resources[j].Plural })
-	}
-
-	var groups []metav1.APIGroup
-	coreAggregated := &apidiscoveryv2.APIGroupDiscoveryList{}
-	groupsAggregated := &apidiscoveryv2.APIGroupDiscoveryList{}
-	for gv, resources := range byGV {
-		list := &metav1.APIResourceList{GroupVersion: gv.String()}
-		versionDiscovery := apidiscoveryv2.APIVersionDiscovery{Version: gv.Version, Freshness: apidiscoveryv2.DiscoveryFreshnessCurrent}
-		for _, res := range resources {
-			list.APIResources = append(list.APIResources, apiResource(res))
-			versionDiscovery.Resources = append(versionDiscovery.Resources, resourceDiscovery(res))
-		}
-		router.Handle(groupVersionPath(gv), staticObject(list)).Methods(http.MethodGet)
-		groupDiscovery := apidiscoveryv2.APIGroupDiscovery{
-			ObjectMeta: metav1.ObjectMeta{Name: gv.Group},
-			Versions:   []apidiscoveryv2.APIVersionDiscovery{versionDiscovery},
-		}
-		if gv.Group == "" {
-			coreAggregated.Items = append(coreAggregated.Items, groupDiscovery)
-			continue
-		}
-		groupsAggregated.Items = append(groupsAggregated.Items, groupDiscovery)
-		gvd := metav1.GroupVersionForDiscovery{GroupVersion: gv.String(), Version: gv.Version}
-		group := metav1.APIGroup{Name: gv.Group, Versions: []metav1.GroupVersionForDiscovery{gvd}, PreferredVersion: gvd}
-		groups = append(groups, group)
-		router.Handle("/apis/"+gv.Group, staticObject(&group)).Methods(http.MethodGet)
-	}
-	sort.Slice(groups, func(i, j int) bool { return groups[i].Name < groups[j].Name })
-	sort.Slice(groupsAggregated.Items, func(i, j int) bool {
-		return groupsAggregated.Items[i].Name < groupsAggregated.Items[j].Name
-	})
-
-	apisAggregated := aggregatedDiscovery(groupsAggregated)
-	router.Handle("/apis", withAggregatedDiscovery(apisAggregated, staticObject(&metav1.APIGroupList{Groups: groups}))).Methods(http.MethodGet)
-	router.Handle("/api", withAggregatedDiscovery(aggregatedDiscovery(coreAggregated), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeObject(w, r, http.StatusOK, &metav1.APIVersions{
-			Versions: []string{"v1"},
-			ServerAddressByClientCIDRs: []metav1.ServerAddressByClientCIDR{
-				{ClientCIDR: "0.0.0.0/0", ServerAddress: r.Host},
-			},
-		})
-	}))).Methods(http.MethodGet)
+// and /version, all derived from the catalog's declarations as they are
+// at the time (computed once per catalog generation). /api and /apis
+// answer aggregated discovery (apidiscovery.k8s.io/v2) to clients that ask
+// for it, and the legacy APIVersions / APIGroupList otherwise. extra are
+// resources served without a store (SelfSubjectAccessReview).
+func installDiscovery(router *mux.Router, catalog *registry.Catalog, extra ...*registry.Resource) {
+	d := &discovery{catalog: catalog, extra: extra}
+	router.Handle("/apis", withAggregatedDiscovery(func() encodedDiscovery { return d.current().apis },
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			writeObject(w, r, http.StatusOK, d.current().groupList.DeepCopyObject())
+		}))).Methods(http.MethodGet)
+	router.Handle("/api", withAggregatedDiscovery(func() encodedDiscovery { return d.current().core },
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			writeObject(w, r, http.StatusOK, &metav1.APIVersions{
+				Versions: []string{"v1"},
+				ServerAddressByClientCIDRs: []metav1.ServerAddressByClientCIDR{
+					{ClientCIDR: "0.0.0.0/0", ServerAddress: r.Host},
+				},
+			})
+		}))).Methods(http.MethodGet)
+	router.HandleFunc("/api/{version}", func(w http.ResponseWriter, r *http.Request) {
+		list, ok := d.current().groupVersions[schema.GroupVersion{Version: mux.Vars(r)["version"]}]
+		serveDiscovery(w, r, list, ok)
+	}).Methods(http.MethodGet)
+	router.HandleFunc("/apis/{group}", func(w http.ResponseWriter, r *http.Request) {
+		group, ok := d.current().groups[mux.Vars(r)["group"]]
+		serveDiscovery(w, r, group, ok)
+	}).Methods(http.MethodGet)
+	router.HandleFunc("/apis/{group}/{version}", func(w http.ResponseWriter, r *http.Request) {
+		vars := mux.Vars(r)
+		list, ok := d.current().groupVersions[schema.GroupVersion{Group: vars["group"], Version: vars["version"]}]
+		serveDiscovery(w, r, list, ok)
+	}).Methods(http.MethodGet)
 	router.HandleFunc("/version", func(w http.ResponseWriter, r *http.Request) {
 		// version.Info is plain JSON, not a runtime.Object.
 		w.Header().Set("Content-Type", "application/json")
@@ -100,6 +79,116 @@ func installDiscovery(router *mux.Router, stores []*registry.Store, extra ...*re
 			logger(r).Warn("write response", "err", err)
 		}
 	}).Methods(http.MethodGet)
+}
+
+// discovery computes the discovery documents of a catalog, once per
+// generation.
+type discovery struct {
+	catalog *registry.Catalog
+	extra   []*registry.Resource
+	mu      sync.Mutex // held while docs are computed
+	docs    atomic.Pointer[discoveryDocs]
+}
+
+// discoveryDocs are the discovery documents of one catalog generation.
+// They are shared by every request: never change them.
+type discoveryDocs struct {
+	generation uint64
+	// groupVersions are /api/v1 and /apis/<group>/<version>; groups are
+	// /apis/<group>, groupList is /apis.
+	groupVersions map[schema.GroupVersion]*metav1.APIResourceList
+	groups        map[string]*metav1.APIGroup
+	groupList     *metav1.APIGroupList
+	// core and apis are the aggregated documents of /api and /apis.
+	core, apis encodedDiscovery
+}
+
+// current returns the documents of the catalog as it is.
+func (d *discovery) current() *discoveryDocs {
+	gen := d.catalog.Generation()
+	if docs := d.docs.Load(); docs != nil && docs.generation == gen {
+		return docs
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if docs := d.docs.Load(); docs != nil && docs.generation == d.catalog.Generation() {
+		return docs
+	}
+	gen, stores := d.catalog.Snapshot()
+	docs := buildDiscovery(gen, stores, d.extra)
+	d.docs.Store(docs)
+	return docs
+}
+
+// serveDiscovery answers a copy of obj (encoding sets its TypeMeta),
+// labelled in the metrics by its path; a document that is not served (not
+// ok) is 404, unlabelled, so that no client can make up series.
+func serveDiscovery(w http.ResponseWriter, r *http.Request, obj runtime.Object, ok bool) {
+	if !ok {
+		infoOf(r).subresource = ""
+		notFound(w, r)
+		return
+	}
+	infoOf(r).subresource = r.URL.Path
+	writeObject(w, r, http.StatusOK, obj.DeepCopyObject())
+}
+
+// buildDiscovery computes the discovery documents of stores and extra.
+// A group served in several versions lists them in kube's order of
+// preference (v2 before v1 before v1beta1), the first preferred.
+func buildDiscovery(generation uint64, stores []*registry.Store, extra []*registry.Resource) *discoveryDocs {
+	byGV := map[schema.GroupVersion][]*registry.Resource{}
+	for _, s := range stores {
+		byGV[s.Resource.GroupVersion] = append(byGV[s.Resource.GroupVersion], s.Resource)
+	}
+	for _, res := range extra {
+		byGV[res.GroupVersion] = append(byGV[res.GroupVersion], res)
+	}
+	versions := map[string][]string{}
+	for gv, resources := range byGV {
+		sort.Slice(resources, func(i, j int) bool { return resources[i].Plural < resources[j].Plural })
+		versions[gv.Group] = append(versions[gv.Group], gv.Version)
+	}
+	docs := &discoveryDocs{
+		generation:    generation,
+		groupVersions: map[schema.GroupVersion]*metav1.APIResourceList{},
+		groups:        map[string]*metav1.APIGroup{},
+		groupList:     &metav1.APIGroupList{},
+	}
+	coreAggregated := &apidiscoveryv2.APIGroupDiscoveryList{}
+	groupsAggregated := &apidiscoveryv2.APIGroupDiscoveryList{}
+	for group, vs := range versions {
+		sort.Slice(vs, func(i, j int) bool { return version.CompareKubeAwareVersionStrings(vs[i], vs[j]) > 0 })
+		groupDiscovery := apidiscoveryv2.APIGroupDiscovery{ObjectMeta: metav1.ObjectMeta{Name: group}}
+		apiGroup := &metav1.APIGroup{Name: group}
+		for _, v := range vs {
+			gv := schema.GroupVersion{Group: group, Version: v}
+			list := &metav1.APIResourceList{GroupVersion: gv.String()}
+			versionDiscovery := apidiscoveryv2.APIVersionDiscovery{Version: v, Freshness: apidiscoveryv2.DiscoveryFreshnessCurrent}
+			for _, res := range byGV[gv] {
+				list.APIResources = append(list.APIResources, apiResource(res))
+				versionDiscovery.Resources = append(versionDiscovery.Resources, resourceDiscovery(res))
+			}
+			docs.groupVersions[gv] = list
+			groupDiscovery.Versions = append(groupDiscovery.Versions, versionDiscovery)
+			apiGroup.Versions = append(apiGroup.Versions, metav1.GroupVersionForDiscovery{GroupVersion: gv.String(), Version: v})
+		}
+		if group == "" {
+			coreAggregated.Items = append(coreAggregated.Items, groupDiscovery)
+			continue
+		}
+		apiGroup.PreferredVersion = apiGroup.Versions[0]
+		docs.groups[group] = apiGroup
+		docs.groupList.Groups = append(docs.groupList.Groups, *apiGroup)
+		groupsAggregated.Items = append(groupsAggregated.Items, groupDiscovery)
+	}
+	sort.Slice(docs.groupList.Groups, func(i, j int) bool { return docs.groupList.Groups[i].Name < docs.groupList.Groups[j].Name })
+	sort.Slice(groupsAggregated.Items, func(i, j int) bool {
+		return groupsAggregated.Items[i].Name < groupsAggregated.Items[j].Name
+	})
+	docs.core = aggregatedDiscovery(coreAggregated)
+	docs.apis = aggregatedDiscovery(groupsAggregated)
+	return docs
 }
 
 // apiResource is a resource's entry in the legacy APIResourceList.
@@ -146,21 +235,23 @@ func aggregatedDiscovery(list *apidiscoveryv2.APIGroupDiscoveryList) encodedDisc
 	}
 	body, err := json.Marshal(list)
 	if err != nil {
-		panic(fmt.Sprintf("encode aggregated discovery: %v", err)) // static data: a bug
+		panic(fmt.Sprintf("encode aggregated discovery: %v", err)) // plain data: a bug
 	}
 	return encodedDiscovery{body: append(body, '\n'), etag: strconv.Quote(fmt.Sprintf("%X", sha512.Sum512(body)))}
 }
 
-// withAggregatedDiscovery answers doc to the clients whose Accept prefers
-// aggregated discovery, and passes the others to legacy. Like
-// kube-apiserver it sends an ETag and answers If-None-Match with 304.
-func withAggregatedDiscovery(doc encodedDiscovery, legacy http.Handler) http.Handler {
+// withAggregatedDiscovery answers the current doc to the clients whose
+// Accept prefers aggregated discovery, and passes the others to legacy.
+// Like kube-apiserver it sends an ETag (a hash of the document, so it
+// changes with the resources served) and answers If-None-Match with 304.
+func withAggregatedDiscovery(current func() encodedDiscovery, legacy http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Add("Vary", "Accept")
 		if !wantsAggregatedDiscovery(r.Header.Get("Accept")) {
 			legacy.ServeHTTP(w, r)
 			return
 		}
+		doc := current()
 		w.Header().Set("Content-Type", aggregatedDiscoveryMediaType)
 		w.Header().Set("Cache-Control", "no-cache, private")
 		w.Header().Set("ETag", doc.etag)
@@ -211,11 +302,4 @@ func wantsAggregatedDiscovery(accept string) bool {
 	}
 	sort.SliceStable(clauses, func(i, j int) bool { return clauses[i].q > clauses[j].q })
 	return len(clauses) > 0 && clauses[0].aggregated
-}
-
-// staticObject serves a fresh copy of obj (encoding sets its TypeMeta).
-func staticObject(obj runtime.Object) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeObject(w, r, http.StatusOK, obj.DeepCopyObject())
-	})
 }

@@ -26,9 +26,11 @@ import (
 // testServer is Concord's handler on a real loopback HTTP server over a
 // real embedded etcd.
 type testServer struct {
-	URL     string
-	Etcd    *etcdtest.Etcd
-	Stores  []*registry.Store
+	URL    string
+	Etcd   *etcdtest.Etcd
+	Stores []*registry.Store
+	// Catalog serves Stores, and what a test adds.
+	Catalog *registry.Catalog
 	Handler *apiserver.Handler
 }
 
@@ -108,8 +110,9 @@ func startServerWithOptions(t testing.TB, opts serverOptions) *testServer {
 	}
 	t.Cleanup(monitor.Close)
 	stores := registry.NewStores(opts.wrap(store), opts.watch, opts.storeOpts...)
+	catalog := registry.NewCatalog(stores)
 	handler := apiserver.New(apiserver.Config{
-		Stores:             stores,
+		Catalog:            catalog,
 		Logger:             slog.New(slog.NewJSONHandler(opts.logOut, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		CORSAllowedOrigins: opts.cors,
 		StorageCheck:       monitor.Check,
@@ -127,12 +130,12 @@ func startServerWithOptions(t testing.TB, opts serverOptions) *testServer {
 	}
 	srv := httptest.NewServer(handler)
 	t.Cleanup(func() {
-		for _, s := range stores {
+		for _, s := range catalog.Stores() {
 			s.StopWatches()
 		}
 		srv.Close()
 	})
-	return &testServer{URL: srv.URL, Etcd: e, Stores: stores, Handler: handler}
+	return &testServer{URL: srv.URL, Etcd: e, Stores: stores, Catalog: catalog, Handler: handler}
 }
 
 // namespace creates namespaces, so objects can be created in them.

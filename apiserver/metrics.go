@@ -113,9 +113,11 @@ type metrics struct {
 }
 
 // newMetrics registers the API's metrics with reg, and a collector that
-// counts the stores' objects in etcd at every scrape. It panics if they are
-// registered already: one registry serves one handler.
-func newMetrics(reg prometheus.Registerer, stores []*registry.Store) *metrics {
+// counts the objects of the catalog's stores in etcd at every scrape (the
+// stores served at the time). Every label is set when it is first used, so
+// resources that are added later are counted as the built-ins are. It
+// panics if they are registered already: one registry serves one handler.
+func newMetrics(reg prometheus.Registerer, catalog *registry.Catalog) *metrics {
 	requestLabels := []string{"verb", "dry_run", "group", "version", "resource", "subresource", "scope", "component"}
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -141,7 +143,7 @@ func newMetrics(reg prometheus.Registerer, stores []*registry.Store) *metrics {
 			Help: "Writes refused because the object changed: 409 Conflict (stale resourceVersion, DeleteOptions preconditions) and 412 PreconditionFailed (If-Match, If-None-Match), by resource.",
 		}, []string{"code", "resource"}),
 	}
-	reg.MustRegister(m.requests, m.duration, m.longRunning, m.watchEvents, m.preconditionFailures, &objectCounter{stores: stores})
+	reg.MustRegister(m.requests, m.duration, m.longRunning, m.watchEvents, m.preconditionFailures, &objectCounter{catalog: catalog})
 	return m
 }
 
@@ -201,10 +203,10 @@ const objectCountTimeout = 2 * time.Second
 
 // objectCounter is apiserver_resource_objects{group,resource}: the number
 // of objects of each resource in etcd, counted with count-only range reads
-// when Prometheus scrapes. A count that fails reports -1, as kube-apiserver
-// does.
+// when Prometheus scrapes: those of the stores the catalog serves then. A
+// count that fails reports -1, as kube-apiserver does.
 type objectCounter struct {
-	stores []*registry.Store
+	catalog *registry.Catalog
 }
 
 var objectsDesc = prometheus.NewDesc("apiserver_resource_objects",
@@ -216,9 +218,10 @@ func (c *objectCounter) Describe(ch chan<- *prometheus.Desc) { ch <- objectsDesc
 func (c *objectCounter) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), objectCountTimeout)
 	defer cancel()
-	counts := make([]int64, len(c.stores))
+	stores := c.catalog.Stores()
+	counts := make([]int64, len(stores))
 	var wg sync.WaitGroup
-	for i, s := range c.stores {
+	for i, s := range stores {
 		wg.Go(func() {
 			n, err := s.Count(ctx)
 			if err != nil {
@@ -228,7 +231,7 @@ func (c *objectCounter) Collect(ch chan<- prometheus.Metric) {
 		})
 	}
 	wg.Wait()
-	for i, s := range c.stores {
+	for i, s := range stores {
 		ch <- prometheus.MustNewConstMetric(objectsDesc, prometheus.GaugeValue, float64(counts[i]), s.Resource.GroupVersion.Group, s.Resource.Plural)
 	}
 }

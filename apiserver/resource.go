@@ -17,19 +17,19 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/gorilla/mux"
-
 	"github.com/concord-dev/concord/registry"
 )
 
-// resourceHandler serves one resource's collection and item paths.
+// resourceHandler serves one request to a resource's collection or item
+// path (routeResource): namespace and name are the path's.
 type resourceHandler struct {
-	store   *registry.Store
-	metrics *metrics
+	store           *registry.Store
+	metrics         *metrics
+	namespace, name string
 }
 
 func (h *resourceHandler) collection(w http.ResponseWriter, r *http.Request) {
-	namespace, allNamespaces := mux.Vars(r)["namespace"], false
+	namespace, allNamespaces := h.namespace, false
 	if h.store.Resource.Namespaced && namespace == "" {
 		allNamespaces = true
 	}
@@ -130,7 +130,7 @@ func (h *resourceHandler) deleteOptions(w http.ResponseWriter, r *http.Request) 
 	if err != nil {
 		return nil, opts, err
 	}
-	if err := checkUnsafeDelete(r, delOpts, mux.Vars(r)["name"] == ""); err != nil {
+	if err := checkUnsafeDelete(r, delOpts, h.name == ""); err != nil {
 		return nil, opts, err
 	}
 	opts.DryRun = opts.DryRun || len(delOpts.DryRun) > 0
@@ -138,8 +138,7 @@ func (h *resourceHandler) deleteOptions(w http.ResponseWriter, r *http.Request) 
 }
 
 func (h *resourceHandler) item(w http.ResponseWriter, r *http.Request) {
-	vars := mux.Vars(r)
-	namespace, name := vars["namespace"], vars["name"]
+	namespace, name := h.namespace, h.name
 	describeResource(r, h.store.Resource, r.Method, namespace, name)
 	if err := checkPathSegments(namespace, name); err != nil {
 		writeError(w, r, err)
@@ -284,8 +283,7 @@ func (h *resourceHandler) writeWritten(w http.ResponseWriter, r *http.Request, c
 
 // legacyWatch serves /watch/ paths and ?watch on an object's path.
 func (h *resourceHandler) legacyWatch(w http.ResponseWriter, r *http.Request) {
-	vars := mux.Vars(r)
-	namespace, name := vars["namespace"], vars["name"]
+	namespace, name := h.namespace, h.name
 	describeResource(r, h.store.Resource, "WATCH", namespace, name)
 	if r.Method != http.MethodGet {
 		infoOf(r).verb = r.Method

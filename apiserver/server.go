@@ -27,7 +27,12 @@ import (
 
 // Config configures the API handler.
 type Config struct {
-	// Stores are the resources served, one store each.
+	// Catalog is the set of resources served, one store each per served
+	// version; it may change while the handler serves (a resource is
+	// routed, discovered and documented from the moment it is added).
+	Catalog *registry.Catalog
+	// Stores, when Catalog is nil, are the resources served: a catalog of
+	// them (registry.NewCatalog).
 	Stores []*registry.Store
 	Logger *slog.Logger
 	// RequestTimeout bounds every request (kube-apiserver's --request-timeout).
@@ -111,9 +116,13 @@ func New(cfg Config) *Handler {
 	if cfg.Metrics == nil {
 		cfg.Metrics = prometheus.NewRegistry()
 	}
-	m := newMetrics(cfg.Metrics, cfg.Stores)
-	reportCorruptObjects(cfg.Stores, cfg.Logger, cfg.Metrics)
-	reportUnconditionalUpdates(cfg.Stores, cfg.Logger, cfg.Metrics)
+	catalog := cfg.Catalog
+	if catalog == nil {
+		catalog = registry.NewCatalog(cfg.Stores)
+	}
+	m := newMetrics(cfg.Metrics, catalog)
+	reportCorruptObjects(catalog, cfg.Logger, cfg.Metrics)
+	reportUnconditionalUpdates(catalog, cfg.Logger, cfg.Metrics)
 	router := mux.NewRouter()
 	// Keep ".." and "." in paths so that they are refused as names, not
 	// redirected somewhere else.
@@ -121,7 +130,7 @@ func New(cfg Config) *Handler {
 	router.NotFoundHandler = http.HandlerFunc(notFound)
 	router.MethodNotAllowedHandler = http.HandlerFunc(notFound)
 	// Other paths than resources are labelled in the metrics by their
-	// route; resource handlers replace that with the resource.
+	// route (resources are served before the router: withResourceRoutes).
 	router.Use(func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if tpl, err := mux.CurrentRoute(r).GetPathTemplate(); err == nil {
@@ -131,19 +140,17 @@ func New(cfg Config) *Handler {
 		})
 	})
 
-	// Resources first: gorilla/mux tries routes in order, and these are
-	// the busy ones. No other route overlaps them.
-	for _, store := range cfg.Stores {
-		installResource(router, store, m)
-	}
-	installDiscovery(router, cfg.Stores, reviewResources...)
+	installDiscovery(router, catalog, reviewResources...)
 	installReviews(router, cfg.Authentication, cfg.Authorizer)
-	installOpenAPI(router, cfg.Stores)
+	installOpenAPI(router, catalog)
 	if cfg.Profiling {
 		installProfiling(router)
 	}
-	limited := withLimits(router, cfg.MaxRequestsInFlight, cfg.MaxMutatingRequestsInFlight, cfg.Metrics)
-	api := withCORS(withAuth(limited, cfg.Authentication, cfg.Authorizer, servedResources(cfg.Stores)), cfg.CORSAllowedOrigins)
+	// Resources first, through the catalog at request time: they are the
+	// busy paths, and no route of the router serves one.
+	routes := withResourceRoutes(router, catalog, m)
+	limited := withLimits(routes, cfg.MaxRequestsInFlight, cfg.MaxMutatingRequestsInFlight, cfg.Metrics)
+	api := withCORS(withAuth(limited, cfg.Authentication, cfg.Authorizer, servedResource(catalog)), cfg.CORSAllowedOrigins)
 	probes := probeHandler(healthEndpoints(cfg.StorageCheck, cfg.ShutdownInitiated),
 		promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
 	watches := &sync.WaitGroup{}
@@ -192,26 +199,6 @@ func groupVersionPath(gv schema.GroupVersion) string {
 		return "/api/" + gv.Version
 	}
 	return "/apis/" + gv.Group + "/" + gv.Version
-}
-
-func installResource(router *mux.Router, store *registry.Store, m *metrics) {
-	res := store.Resource
-	h := &resourceHandler{store: store, metrics: m}
-	base := groupVersionPath(res.GroupVersion)
-	if res.Namespaced {
-		router.Handle(base+"/namespaces/{namespace}/"+res.Plural, http.HandlerFunc(h.collection))
-		router.Handle(base+"/namespaces/{namespace}/"+res.Plural+"/{name}", http.HandlerFunc(h.item))
-		router.Handle(base+"/"+res.Plural, http.HandlerFunc(h.collection)) // all namespaces
-		// Deprecated watch paths, still used by some clients.
-		router.Handle(base+"/watch/namespaces/{namespace}/"+res.Plural, http.HandlerFunc(h.legacyWatch))
-		router.Handle(base+"/watch/namespaces/{namespace}/"+res.Plural+"/{name}", http.HandlerFunc(h.legacyWatch))
-		router.Handle(base+"/watch/"+res.Plural, http.HandlerFunc(h.legacyWatch))
-		return
-	}
-	router.Handle(base+"/"+res.Plural, http.HandlerFunc(h.collection))
-	router.Handle(base+"/"+res.Plural+"/{name}", http.HandlerFunc(h.item))
-	router.Handle(base+"/watch/"+res.Plural, http.HandlerFunc(h.legacyWatch))
-	router.Handle(base+"/watch/"+res.Plural+"/{name}", http.HandlerFunc(h.legacyWatch))
 }
 
 // withRequestContext gives every request an audit ID (the Audit-Id
