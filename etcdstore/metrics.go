@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,13 +26,19 @@ import (
 type Metrics struct {
 	duration *prometheus.HistogramVec
 	errors   *prometheus.CounterVec
-	// groups maps a resource to its API group, for the group label.
-	groups map[string]string
+	// groups maps a resource to its API group, for the group label; it is
+	// replaced, never changed (SetGroup), so that requests read it without
+	// a lock.
+	groups  atomic.Pointer[map[string]string]
+	groupMu sync.Mutex // serialises SetGroup
 }
 
 // NewMetrics registers the store's metrics with reg. groups maps each
-// resource (the plural in keys, "configmaps") to its API group ("" for the
-// core group), for the group label.
+// resource (its part of the keys, "configmaps") to its API group ("" for
+// the core group), for the group label; SetGroup adds more. A resource
+// that is not in it is labelled with the group its part of the keys names
+// ("<group>/<plural>", as custom resources are keyed), else the core
+// group.
 func NewMetrics(reg prometheus.Registerer, groups map[string]string) (*Metrics, error) {
 	labels := []string{"operation", "group", "resource"}
 	m := &Metrics{
@@ -42,8 +52,12 @@ func NewMetrics(reg prometheus.Registerer, groups map[string]string) (*Metrics, 
 			Name: "etcd_request_errors_total",
 			Help: "Etcd failed request counts for each operation, group and resource.",
 		}, labels),
-		groups: groups,
 	}
+	groups = maps.Clone(groups)
+	if groups == nil {
+		groups = map[string]string{}
+	}
+	m.groups.Store(&groups)
 	for _, c := range []prometheus.Collector{m.duration, m.errors} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register etcd metrics: %w", err)
@@ -57,9 +71,36 @@ func (m *Metrics) observe(op, resource string, took time.Duration, err error) {
 	if m == nil {
 		return
 	}
-	group := m.groups[resource]
+	group, resource := m.labels(resource)
 	m.duration.WithLabelValues(op, group, resource).Observe(took.Seconds())
 	if err != nil && !errors.Is(err, context.Canceled) {
 		m.errors.WithLabelValues(op, group, resource).Inc()
 	}
+}
+
+// SetGroup labels the requests of resource (its part of the keys) with
+// group from now on: for resources served after NewMetrics. Safe for
+// concurrent use.
+func (m *Metrics) SetGroup(resource, group string) {
+	m.groupMu.Lock()
+	defer m.groupMu.Unlock()
+	groups := maps.Clone(*m.groups.Load())
+	groups[resource] = group
+	m.groups.Store(&groups)
+}
+
+// labels are the group and resource labels of a resource's part of the
+// keys: the group it was given, else (not given) the group a
+// "<group>/<plural>" names, else the core group; the resource label is the
+// plural.
+func (m *Metrics) labels(resource string) (group, plural string) {
+	group, known := (*m.groups.Load())[resource]
+	i := strings.LastIndexByte(resource, '/')
+	if i < 0 {
+		return group, resource
+	}
+	if !known {
+		group = resource[:i]
+	}
+	return group, resource[i+1:]
 }
