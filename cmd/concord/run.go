@@ -103,13 +103,9 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 	// Metrics go to a registry of this server's own, never the global one.
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	groups := map[string]string{}
-	for _, res := range registry.Resources {
-		if res.Storage == nil { // the key space is the stored version's
-			groups[res.Plural] = res.GroupVersion.Group
-		}
-	}
-	storeMetrics, err := etcdstore.NewMetrics(metrics, groups)
+	// The groups of the resources are set as the catalog serves them
+	// (below).
+	storeMetrics, err := etcdstore.NewMetrics(metrics, nil)
 	if err != nil {
 		return err
 	}
@@ -134,6 +130,13 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 		storeOpts = append(storeOpts, registry.WithoutReadCache())
 	}
 	stores := registry.NewStores(store, registry.DefaultWatchConfig(), storeOpts...)
+	// The resources served: the built-ins now, others as they are added.
+	catalog := registry.NewCatalog(stores)
+	catalog.OnAdd(func(s *registry.Store) {
+		if res := s.Resource; res.Storage == nil { // the key space is the stored version's
+			storeMetrics.SetGroup(keyResource(res), res.GroupVersion.Group)
+		}
+	})
 	bootCtx, cancelBoot := context.WithTimeout(ctx, cfg.EtcdDialTimeout)
 	err = registry.EnsureSystemNamespaces(bootCtx, stores)
 	cancelBoot()
@@ -147,7 +150,7 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 	}
 	shutdownInitiated := make(chan struct{})
 	handler := apiserver.New(apiserver.Config{
-		Stores:             stores,
+		Catalog:            catalog,
 		Logger:             log,
 		RequestTimeout:     cfg.RequestTimeout,
 		CORSAllowedOrigins: origins,
@@ -187,7 +190,7 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 	// Shutdown waits for requests to finish; watches end at once, so their
 	// clients reconnect to another replica.
 	srv.RegisterOnShutdown(func() {
-		for _, s := range stores {
+		for _, s := range catalog.Stores() {
 			s.StopWatches()
 		}
 	})
@@ -256,6 +259,15 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// keyResource is a declaration's part of its etcd keys, which the etcd
+// metrics know it by.
+func keyResource(res *registry.Resource) string {
+	if res.StoragePrefix != "" {
+		return res.StoragePrefix
+	}
+	return res.Plural
 }
 
 // compactionMetrics say whether compaction runs: with several replicas one
