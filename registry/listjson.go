@@ -80,7 +80,7 @@ func (s *Store) ListJSON(ctx context.Context, namespace string, opts *metaintern
 	if (opts.LabelSelector != nil && !opts.LabelSelector.Empty()) || (opts.FieldSelector != nil && !opts.FieldSelector.Empty()) {
 		return nil, false, nil
 	}
-	if s.Resource.Storage != nil {
+	if !s.Resource.storedJSONServed() {
 		return nil, false, nil // the stored JSON is another version's
 	}
 	plan, err := planList(s.Resource, opts)
@@ -168,7 +168,7 @@ func metadataStart(b []byte) int {
 // GetJSON is Get for a client that takes JSON: the stored object with its
 // resourceVersion inserted, never decoded (a linearizable read, as Get).
 func (s *Store) GetJSON(ctx context.Context, namespace, name string) (obj []byte, resourceVersion string, _ error) {
-	if s.Resource.Storage != nil {
+	if !s.Resource.storedJSONServed() {
 		return s.convertedJSON(ctx, namespace, name)
 	}
 	stored, _, err := s.read(ctx, namespace, name)
@@ -191,7 +191,7 @@ func (s *Store) GetJSON(ctx context.Context, namespace, name string) (obj []byte
 // revision is obj. ok is false when that state is not remembered.
 func (s *Store) WrittenJSON(obj Object) (_ []byte, ok bool) {
 	rev, err := parseResourceVersion(obj.GetResourceVersion())
-	if err != nil || rev == 0 || s.Resource.Storage != nil {
+	if err != nil || rev == 0 || !s.Resource.storedJSONServed() {
 		return nil, false // for Storage: the stored JSON is another version's
 	}
 	e, ok := s.recent.get(s.recentKey(obj.GetNamespace(), obj.GetName()))
@@ -218,7 +218,8 @@ func (s *Store) storedJSON(namespace, name string, stored etcdstore.Object) ([]b
 }
 
 // convertedJSON is GetJSON for a resource served in another version of the
-// stored objects (Resource.Storage): the object read, converted, encoded.
+// stored objects (Resource.Storage), or read with Resource.ReadStored: the
+// object read, converted, encoded.
 func (s *Store) convertedJSON(ctx context.Context, namespace, name string) ([]byte, string, error) {
 	obj, err := s.Get(ctx, namespace, name)
 	if err != nil {

@@ -693,10 +693,13 @@ func (s *Store) decode(key string, stored etcdstore.Object) (Object, error) {
 	if err := kjson.UnmarshalCaseSensitivePreserveInts(plaintext, obj); err != nil {
 		return nil, s.corrupt(key, stored, undecodable, fmt.Errorf("decode stored %s: %w", s.Resource.Kind, err))
 	}
-	if gvk := obj.GetObjectKind().GroupVersionKind(); gvk != storedAs.GroupVersionKind() {
+	if read := s.Resource.ReadStored; read != nil {
+		if obj, err = read(obj); err != nil {
+			return nil, s.corrupt(key, stored, undecodable, fmt.Errorf("decode stored %s: %w", s.Resource.Kind, err))
+		}
+	} else if gvk := obj.GetObjectKind().GroupVersionKind(); gvk != storedAs.GroupVersionKind() {
 		return nil, s.corrupt(key, stored, undecodable, fmt.Errorf("decode stored %s: the value is a %s", s.Resource.Kind, gvk))
-	}
-	if conv := s.Resource.Storage; conv != nil {
+	} else if conv := s.Resource.Storage; conv != nil {
 		served, err := conv.FromStored(obj)
 		if err != nil {
 			return nil, s.corrupt(key, stored, undecodable, fmt.Errorf("convert stored %s to %s: %w", storedAs.GroupVersionKind(), s.Resource.GroupVersion, err))
