@@ -198,6 +198,9 @@ func TestOpenAPIV3IndexAndDocuments(t *testing.T) {
 				group = "core"
 			}
 			name := "io.k8s.api." + group + "." + res.GroupVersion.Version + "." + kind
+			if res.GroupVersion.Group == "apiextensions.k8s.io" { // kube names them by their Go package
+				name = "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions." + res.GroupVersion.Version + "." + kind
+			}
 			schema := doc.Components.Schemas[name]
 			if schema == nil {
 				t.Errorf("%s: no schema %s", res.Plural, name)
