@@ -42,8 +42,10 @@ type Resource struct {
 	// A declaration with Storage uses its stored declaration's.
 	StoragePrefix string
 	Singular      string
-	ShortNames    []string
-	Namespaced    bool
+	// ListKind is the kind of a list ("WidgetList"); empty: Kind + "List".
+	ListKind   string
+	ShortNames []string
+	Namespaced bool
 	// NameValidation checks metadata.name (apimachinery's validators).
 	NameValidation func(name string, prefix bool) []string
 	New            func() Object
@@ -67,6 +69,15 @@ type Resource struct {
 	// Storage, when set, makes this declaration another served version of
 	// the objects another declaration stores (see StorageVersion).
 	Storage *StorageVersion
+	// ReadStored, when set, finishes every object the store decodes from
+	// storage — as decoded into the stored declaration's New type — and
+	// returns it in this declaration's version, in place of the check that
+	// its kind is the stored declaration's and of Storage.FromStored:
+	// custom resources are read as kube's storage codec reads them, of any
+	// version of their CRD, pruned and defaulted (customresource.go). The
+	// values of such a resource are never passed through as stored JSON
+	// (GetJSON, ListJSON, WrittenJSON).
+	ReadStored func(Object) (Object, error)
 	// IsNamespace marks the Namespace resource: objects may only be created
 	// in an active namespace, and deleting one deletes its contents.
 	IsNamespace bool
