@@ -2,7 +2,6 @@ package apiserver
 
 import (
 	"fmt"
-	"mime"
 	"net/http"
 	"slices"
 	"strings"
@@ -14,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/concord-dev/concord/registry"
@@ -40,55 +38,13 @@ func (h *resourceHandler) collection(w http.ResponseWriter, r *http.Request) {
 	}
 	switch r.Method {
 	case http.MethodGet:
-		opts, err := listOptions(r)
-		if err != nil {
-			writeError(w, r, err)
-			return
-		}
-		if opts.Watch {
-			infoOf(r).verb = "WATCH"
-			h.serveWatch(w, r, namespace, "", opts)
-			return
-		}
-		if wantsPlainJSON(r) {
-			list, served, err := h.store.ListJSON(r.Context(), namespace, opts)
-			if err != nil {
-				writeError(w, r, err)
-				return
-			}
-			if served {
-				writeJSONList(w, r, list)
-				return
-			}
-		}
-		list, err := h.store.List(r.Context(), namespace, opts)
-		if err != nil {
-			writeError(w, r, err)
-			return
-		}
-		writeResource(w, r, h.store.Resource, list)
+		h.list(w, r, namespace)
 	case http.MethodPost:
 		if allNamespaces {
 			h.methodNotAllowed(w, r, "create")
 			return
 		}
-		opts, err := writeOptions(r, "CreateOptions")
-		if err != nil {
-			writeError(w, r, err)
-			return
-		}
-		obj, err := h.decode(w, r)
-		if err != nil {
-			writeError(w, r, err)
-			return
-		}
-		created, err := h.store.Create(r.Context(), namespace, obj, opts)
-		if err != nil {
-			writeError(w, r, err)
-			return
-		}
-		w.Header().Set("ETag", etag(created.GetResourceVersion()))
-		h.writeWritten(w, r, http.StatusCreated, created, opts.DryRun)
+		h.create(w, r, namespace)
 	case http.MethodDelete:
 		if !slices.Contains(h.store.Resource.Verbs(), "deletecollection") {
 			h.methodNotAllowed(w, r, "deletecollection")
@@ -100,43 +56,6 @@ func (h *resourceHandler) collection(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (h *resourceHandler) deleteCollection(w http.ResponseWriter, r *http.Request, namespace string) {
-	listOpts, err := listOptions(r)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	delOpts, opts, err := h.deleteOptions(w, r)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	deleted, err := h.store.DeleteCollection(r.Context(), namespace, listOpts, delOpts, opts)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	writeObject(w, r, http.StatusOK, deleted)
-}
-
-// deleteOptions reads a DELETE's query options, conditions and optional
-// DeleteOptions body; dryRun may come from either.
-func (h *resourceHandler) deleteOptions(w http.ResponseWriter, r *http.Request) (*metav1.DeleteOptions, registry.WriteOptions, error) {
-	opts, err := writeOptions(r, "DeleteOptions")
-	if err != nil {
-		return nil, opts, err
-	}
-	delOpts, err := decodeDeleteOptions(w, r, h.store.Resource.GroupVersion)
-	if err != nil {
-		return nil, opts, err
-	}
-	if err := checkUnsafeDelete(r, delOpts, h.name == ""); err != nil {
-		return nil, opts, err
-	}
-	opts.DryRun = opts.DryRun || len(delOpts.DryRun) > 0
-	return delOpts, opts, nil
-}
-
 func (h *resourceHandler) item(w http.ResponseWriter, r *http.Request) {
 	namespace, name := h.namespace, h.name
 	describeResource(r, h.store.Resource, r.Method, namespace, name)
@@ -146,124 +65,16 @@ func (h *resourceHandler) item(w http.ResponseWriter, r *http.Request) {
 	}
 	switch r.Method {
 	case http.MethodGet:
-		if isWatch(r) {
-			h.legacyWatch(w, r)
-			return
-		}
-		ifNoneMatch, conditional, err := headerTags(r, "If-None-Match")
-		if err != nil {
-			writeError(w, r, apierrors.NewBadRequest(err.Error()))
-			return
-		}
-		if err := h.store.AwaitResourceVersion(r.Context(), r.URL.Query().Get("resourceVersion")); err != nil {
-			writeError(w, r, err)
-			return
-		}
-		if wantsPlainJSON(r) {
-			// Objects are stored as JSON: pass it through.
-			raw, rv, err := h.store.GetJSON(r.Context(), namespace, name)
-			if err != nil {
-				writeError(w, r, err)
-				return
-			}
-			w.Header().Set("ETag", etag(rv))
-			if conditional && ifNoneMatch.weakMatch(rv) {
-				w.WriteHeader(http.StatusNotModified)
-				return
-			}
-			writeJSON(w, r, http.StatusOK, raw)
-			return
-		}
-		obj, err := h.store.Get(r.Context(), namespace, name)
-		if err != nil {
-			writeError(w, r, err)
-			return
-		}
-		w.Header().Set("ETag", etag(obj.GetResourceVersion()))
-		if conditional && ifNoneMatch.weakMatch(obj.GetResourceVersion()) {
-			w.WriteHeader(http.StatusNotModified)
-			return
-		}
-		writeResource(w, r, h.store.Resource, obj)
+		h.get(w, r, namespace, name)
 	case http.MethodPut:
-		conds, err := writeOptions(r, "UpdateOptions")
-		if err != nil {
-			writeError(w, r, err)
-			return
-		}
-		obj, err := h.decode(w, r)
-		if err != nil {
-			writeError(w, r, err)
-			return
-		}
-		updated, created, err := h.store.Update(r.Context(), namespace, name, obj, conds)
-		if err != nil {
-			writeError(w, r, err)
-			return
-		}
-		code := http.StatusOK
-		if created {
-			code = http.StatusCreated
-		}
-		w.Header().Set("ETag", etag(updated.GetResourceVersion()))
-		h.writeWritten(w, r, code, updated, conds.DryRun)
+		h.update(w, r, namespace, name)
 	case http.MethodPatch:
 		h.patch(w, r, namespace, name)
 	case http.MethodDelete:
-		opts, conds, err := h.deleteOptions(w, r)
-		if err != nil {
-			writeError(w, r, err)
-			return
-		}
-		status, err := h.store.Delete(r.Context(), namespace, name, opts, conds)
-		if err != nil {
-			writeError(w, r, err)
-			return
-		}
-		writeObject(w, r, http.StatusOK, status)
+		h.delete(w, r, namespace, name)
 	default:
 		h.methodNotAllowed(w, r, verb(r.Method))
 	}
-}
-
-// patchTypes are the patch formats served; server-side apply is not yet.
-var patchTypes = []types.PatchType{types.JSONPatchType, types.MergePatchType, types.StrategicMergePatchType}
-
-func (h *resourceHandler) patch(w http.ResponseWriter, r *http.Request, namespace, name string) {
-	mediaType, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	pt := types.PatchType(mediaType)
-	switch {
-	case err == nil && slices.Contains(patchTypes, pt):
-	case pt == types.ApplyYAMLPatchType || pt == types.ApplyCBORPatchType:
-		writeError(w, r, apierrors.NewGenericServerResponse(http.StatusUnsupportedMediaType, "", schema.GroupResource{}, "",
-			"server-side apply (application/apply-patch+yaml) is not supported yet: use kubectl apply without --server-side, or a strategic-merge, merge or JSON patch", 0, false))
-		return
-	default:
-		names := make([]string, len(patchTypes))
-		for i, t := range patchTypes {
-			names[i] = string(t)
-		}
-		writeError(w, r, apierrors.NewGenericServerResponse(http.StatusUnsupportedMediaType, "", schema.GroupResource{}, "",
-			"the body of the request was in an unknown format - accepted media types include: "+strings.Join(names, ", "), 0, false))
-		return
-	}
-	conds, err := writeOptions(r, "PatchOptions")
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	body, err := readBody(w, r)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	patched, err := h.store.Patch(r.Context(), namespace, name, pt, body, conds)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	w.Header().Set("ETag", etag(patched.GetResourceVersion()))
-	h.writeWritten(w, r, http.StatusOK, patched, conds.DryRun)
 }
 
 // writeWritten answers a write with the object written. A JSON client gets
@@ -279,27 +90,6 @@ func (h *resourceHandler) writeWritten(w http.ResponseWriter, r *http.Request, c
 		}
 	}
 	writeObject(w, r, code, obj)
-}
-
-// legacyWatch serves /watch/ paths and ?watch on an object's path.
-func (h *resourceHandler) legacyWatch(w http.ResponseWriter, r *http.Request) {
-	namespace, name := h.namespace, h.name
-	describeResource(r, h.store.Resource, "WATCH", namespace, name)
-	if r.Method != http.MethodGet {
-		infoOf(r).verb = r.Method
-		h.methodNotAllowed(w, r, verb(r.Method))
-		return
-	}
-	if err := checkPathSegments(namespace, name); err != nil {
-		writeError(w, r, err)
-		return
-	}
-	opts, err := listOptions(r)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	h.serveWatch(w, r, namespace, name, opts)
 }
 
 // writeOptions reads a write's query options (dryRun, fieldManager,

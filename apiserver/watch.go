@@ -230,3 +230,24 @@ func writeJSONEvent(w io.Writer, typ watch.EventType, raw []byte) error {
 	_, err := w.Write(frame)
 	return err
 }
+
+// legacyWatch serves /watch/ paths and ?watch on an object's path.
+func (h *resourceHandler) legacyWatch(w http.ResponseWriter, r *http.Request) {
+	namespace, name := h.namespace, h.name
+	describeResource(r, h.store.Resource, "WATCH", namespace, name)
+	if r.Method != http.MethodGet {
+		infoOf(r).verb = r.Method
+		h.methodNotAllowed(w, r, verb(r.Method))
+		return
+	}
+	if err := checkPathSegments(namespace, name); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	opts, err := listOptions(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	h.serveWatch(w, r, namespace, name, opts)
+}

@@ -1,0 +1,35 @@
+package apiserver
+
+import "net/http"
+
+// list answers a GET of a collection: a list, or a watch when the options
+// ask for one (?watch).
+func (h *resourceHandler) list(w http.ResponseWriter, r *http.Request, namespace string) {
+	opts, err := listOptions(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if opts.Watch {
+		infoOf(r).verb = "WATCH"
+		h.serveWatch(w, r, namespace, "", opts)
+		return
+	}
+	if wantsPlainJSON(r) {
+		list, served, err := h.store.ListJSON(r.Context(), namespace, opts)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		if served {
+			writeJSONList(w, r, list)
+			return
+		}
+	}
+	list, err := h.store.List(r.Context(), namespace, opts)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeResource(w, r, h.store.Resource, list)
+}
