@@ -56,7 +56,7 @@ func (c *Controller) Run(ctx context.Context) {
 
 func (c *Controller) watchOnce(ctx context.Context) error {
 	yes := true
-	w, err := c.crds.Watch(ctx, "", &metainternalversion.ListOptions{SendInitialEvents: &yes, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan, AllowWatchBookmarks: true})
+	w, err := c.crds.Watch(ctx, "", &metainternalversion.ListOptions{Watch: true, SendInitialEvents: &yes, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan, AllowWatchBookmarks: true})
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/concord-dev/concord/apiserver"
+	"github.com/concord-dev/concord/crdserving"
+	"github.com/concord-dev/concord/crdstatus"
 	"github.com/concord-dev/concord/etcdstore"
 	"github.com/concord-dev/concord/registry"
 )
@@ -137,6 +139,14 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 			storeMetrics.SetGroup(keyResource(res), res.GroupVersion.Group)
 		}
 	})
+	// Every replica serves the custom resources of the stored CRDs, and
+	// keeps the CRDs' names and conditions (as every kube-apiserver does).
+	crds, _ := catalog.Lookup(registry.CustomResourceDefinitions.GroupVersion.Group, registry.CustomResourceDefinitions.GroupVersion.Version, registry.CustomResourceDefinitions.Plural)
+	newStore := func(storage registry.Storage, res *registry.Resource) *registry.Store {
+		return registry.NewStore(storage, res, registry.DefaultWatchConfig(), storeOpts...)
+	}
+	go crdserving.New(crds, catalog, store, newStore, log).Run(ctx)
+	go crdstatus.New(crds, log).Run(ctx)
 	bootCtx, cancelBoot := context.WithTimeout(ctx, cfg.EtcdDialTimeout)
 	err = registry.EnsureSystemNamespaces(bootCtx, stores)
 	cancelBoot()
