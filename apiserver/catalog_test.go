@@ -3,9 +3,12 @@ package apiserver_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -236,4 +239,79 @@ func TestCatalogResourceAddedAndRemoved(t *testing.T) {
 	if _, ok := find(scrape(t, s), "concord_storage_corrupt_objects_total", map[string]string{"group": "example.com", "resource": "widgets"}); ok {
 		t.Errorf("concord_storage_corrupt_objects_total keeps a series for widgets after Remove")
 	}
+}
+
+// TestCatalogChangesUnderLoad: requests for discovery, OpenAPI and the
+// resource while it is added and removed again and again (run with -race)
+// are answered 200 or 404, never with an error.
+func TestCatalogChangesUnderLoad(t *testing.T) {
+	s := startServer(t)
+	storage := etcdstore.New(s.Etcd.Client, "/registry")
+	gr := schema.GroupResource{Group: "example.com", Resource: "widgets"}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	codes := make(chan string, 1000)
+	for _, req := range []struct{ path, accept string }{
+		{"/apis", aggregatedDiscoveryType},
+		{"/apis", ""},
+		{"/apis/example.com/v1", ""},
+		{"/apis/example.com/v1/namespaces/default/widgets", ""},
+		{"/openapi/v3", ""},
+		{"/openapi/v3/apis/example.com/v1", ""},
+		{"/openapi/v2", ""},
+	} {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				// Not s.do: no t.Fatal off the test's goroutine.
+				code, err := getCode(s.URL+req.path, req.accept)
+				if err != nil || (code != http.StatusOK && code != http.StatusNotFound) {
+					select {
+					case codes <- fmt.Sprintf("GET %s: %d, %v", req.path, code, err):
+					default:
+					}
+				}
+			}
+		})
+	}
+	for i := range 20 {
+		if err := s.Catalog.Add(registry.NewStore(storage, widgets(), registry.DefaultWatchConfig())); err != nil {
+			t.Fatalf("Add %d: %v", i, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+		s.Catalog.Remove(gr)
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	close(codes)
+	for msg := range codes {
+		t.Error(msg)
+	}
+}
+
+// getCode sends a GET and returns its status code, having read the body.
+func getCode(url, accept string) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return 0, err
+	}
+	return resp.StatusCode, nil
 }

@@ -1,7 +1,9 @@
 package apiserver
 
 import (
+	"bytes"
 	"fmt"
+	"maps"
 	"net/http"
 	"strconv"
 	"strings"
@@ -37,7 +39,7 @@ import (
 // them then, and its ETags and hashes are those of the encoded documents,
 // so they change only when a document does.
 func installOpenAPI(router *mux.Router, catalog *registry.Catalog) {
-	o := &openAPI{catalog: catalog, v3: handler3.NewOpenAPIService(), v3Keys: map[string]bool{}}
+	o := &openAPI{catalog: catalog, v3: handler3.NewOpenAPIService()}
 
 	v2 := handler.NewOpenAPIServiceLazy(cached.Func(func() (*spec.Swagger, string, error) {
 		b := o.build()
@@ -49,24 +51,57 @@ func installOpenAPI(router *mux.Router, catalog *registry.Catalog) {
 	v2.RegisterOpenAPIVersionedService("/openapi/v2", muxPathHandler{router})
 
 	router.HandleFunc("/openapi/v3", func(w http.ResponseWriter, r *http.Request) {
-		o.syncV3()
-		o.v3.HandleDiscovery(w, r)
+		o.serveV3(w, r, func(w http.ResponseWriter, _ *openAPIBuild) { o.v3.HandleDiscovery(w, r) })
 	}).Methods(http.MethodGet, http.MethodHead)
 	router.PathPrefix("/openapi/v3/").Methods(http.MethodGet, http.MethodHead).HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// kube-openapi answers a group version it does not have with an
-		// empty 200: one that is not served is 404 here, and no series.
-		if !o.syncV3()[strings.TrimPrefix(r.URL.Path, "/openapi/v3/")] {
-			infoOf(r).subresource = ""
-			notFound(w, r)
-			return
-		}
-		infoOf(r).subresource = r.URL.Path
-		o.v3.HandleGroupVersion(w, r)
+		o.serveV3(w, r, func(w http.ResponseWriter, b *openAPIBuild) {
+			// kube-openapi answers a group version it does not have with
+			// an empty 200: one that is not served is 404 here, and no
+			// series.
+			if !b.v3Keys[strings.TrimPrefix(r.URL.Path, "/openapi/v3/")] {
+				infoOf(r).subresource = ""
+				notFound(w, r)
+				return
+			}
+			infoOf(r).subresource = r.URL.Path
+			o.v3.HandleGroupVersion(w, r)
+		})
 	})
 }
 
+// bufferedResponse holds a response in memory, to be written out later.
+type bufferedResponse struct {
+	header http.Header
+	code   int
+	body   bytes.Buffer
+}
+
+func (b *bufferedResponse) Header() http.Header { return b.header }
+
+func (b *bufferedResponse) WriteHeader(code int) {
+	if b.code == 0 {
+		b.code = code
+	}
+}
+
+func (b *bufferedResponse) Write(p []byte) (int, error) {
+	b.WriteHeader(http.StatusOK)
+	return b.body.Write(p)
+}
+
+// writeTo sends the response to w.
+func (b *bufferedResponse) writeTo(w http.ResponseWriter) error {
+	maps.Copy(w.Header(), b.header)
+	if b.code == 0 {
+		b.code = http.StatusOK
+	}
+	w.WriteHeader(b.code)
+	_, err := w.Write(b.body.Bytes())
+	return err
+}
+
 // openAPI builds the documents of a catalog, once per generation, and
-// keeps kube-openapi's v3 service serving its group versions.
+// keeps kube-openapi's v3 service serving the group versions of one build.
 type openAPI struct {
 	catalog *registry.Catalog
 	v3      *handler3.OpenAPIService
@@ -74,11 +109,11 @@ type openAPI struct {
 	mu    sync.Mutex // held while the documents are built
 	built atomic.Pointer[openAPIBuild]
 
-	v3Mu  sync.Mutex // held while the v3 service's group versions change
-	v3Gen uint64
-	// v3Keys are the group versions (openapi.V3Key) the v3 service
-	// serves, those of generation v3Gen; never changed, replaced.
-	v3Keys map[string]bool
+	// v3Mu is held to read (RLock) while the v3 service serves, and to
+	// write while its group versions change to those of another build,
+	// v3Built: what it serves is always one build's documents.
+	v3Mu    sync.RWMutex
+	v3Built atomic.Pointer[openAPIBuild]
 }
 
 // openAPIBuild is the documents of one catalog generation.
@@ -88,6 +123,8 @@ type openAPIBuild struct {
 	etag  string
 	specs *openapi.Specs
 	err   error
+	// v3Keys are the group versions (openapi.V3Key) documented.
+	v3Keys map[string]bool
 }
 
 // build returns the documents of the catalog as it is.
@@ -101,47 +138,69 @@ func (o *openAPI) build() *openAPIBuild {
 		return b
 	}
 	gen, stores := o.catalog.Snapshot()
-	specs, err := openapi.Build(resourcesOf(stores), KubernetesVersion.GitVersion)
-	b := &openAPIBuild{generation: gen, etag: strconv.FormatUint(gen, 10), specs: specs, err: err}
+	resources := resourcesOf(stores)
+	specs, err := openapi.Build(resources, KubernetesVersion.GitVersion)
+	b := &openAPIBuild{generation: gen, etag: strconv.FormatUint(gen, 10), specs: specs, err: err, v3Keys: map[string]bool{}}
+	for _, gv := range openapi.GroupVersions(openapi.Documented(resources)) {
+		b.v3Keys[openapi.V3Key(gv)] = true
+	}
 	o.built.Store(b)
 	return b
 }
 
-// syncV3 makes the v3 service serve the group versions of the catalog as
-// it is, and returns them.
-func (o *openAPI) syncV3() map[string]bool {
-	o.v3Mu.Lock()
-	defer o.v3Mu.Unlock()
-	gen, stores := o.catalog.Snapshot()
-	if gen == o.v3Gen {
-		return o.v3Keys
+// serveV3 has the v3 service serve the documents of the catalog as it is
+// (or newer), and calls serve with that build while nothing changes them.
+// serve answers into memory: a slow client must not hold up a change,
+// which would hold up every request after it.
+func (o *openAPI) serveV3(w http.ResponseWriter, r *http.Request, serve func(http.ResponseWriter, *openAPIBuild)) {
+	b := o.build()
+	o.v3Mu.RLock()
+	if served := o.v3Built.Load(); served == nil || served.generation < b.generation {
+		o.v3Mu.RUnlock()
+		o.v3Mu.Lock()
+		o.syncV3Locked(b)
+		o.v3Mu.Unlock()
+		o.v3Mu.RLock()
 	}
-	keys := map[string]bool{}
-	for _, gv := range openapi.GroupVersions(openapi.Documented(resourcesOf(stores))) {
-		key := openapi.V3Key(gv)
-		keys[key] = true
-		if o.v3Keys[key] {
+	resp := &bufferedResponse{header: http.Header{}}
+	serve(resp, o.v3Built.Load())
+	o.v3Mu.RUnlock()
+	if err := resp.writeTo(w); err != nil {
+		logger(r).Warn("write response", "err", err)
+	}
+}
+
+// syncV3Locked makes the v3 service serve b's group versions, unless it
+// serves a newer build already.
+func (o *openAPI) syncV3Locked(b *openAPIBuild) {
+	old := o.v3Built.Load()
+	if old != nil && old.generation >= b.generation {
+		return
+	}
+	for key := range b.v3Keys {
+		if old != nil && old.v3Keys[key] {
 			continue
 		}
 		o.v3.UpdateGroupVersionLazy(key, cached.Func(func() (*spec3.OpenAPI, string, error) {
-			b := o.build()
-			if b.err != nil {
-				return nil, "", b.err
+			served := o.v3Built.Load()
+			if served.err != nil {
+				return nil, "", served.err
 			}
-			doc, ok := b.specs.V3[key]
+			doc, ok := served.specs.V3[key]
 			if !ok {
 				return nil, "", fmt.Errorf("no OpenAPI v3 document for %s", key)
 			}
-			return doc, b.etag, nil
+			return doc, served.etag, nil
 		}))
 	}
-	for key := range o.v3Keys {
-		if !keys[key] {
-			o.v3.DeleteGroupVersion(key)
+	if old != nil {
+		for key := range old.v3Keys {
+			if !b.v3Keys[key] {
+				o.v3.DeleteGroupVersion(key)
+			}
 		}
 	}
-	o.v3Gen, o.v3Keys = gen, keys
-	return keys
+	o.v3Built.Store(b)
 }
 
 func resourcesOf(stores []*registry.Store) []*registry.Resource {
