@@ -8,6 +8,7 @@ package crdserving
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -148,11 +149,10 @@ func revisionOf(rv string) int64 {
 }
 
 // Serves reports whether crd is one the catalog serves resources for:
-// established (its names accepted), and not being deleted.
+// established (its names accepted). A CRD being deleted is still served, as
+// kube serves it, so that its objects' watchers see them deleted; only
+// creates are refused (guard).
 func Serves(crd *apiextensionsv1.CustomResourceDefinition) bool {
-	if crd.DeletionTimestamp != nil {
-		return false // kube stops serving new objects; the cleanup deletes them
-	}
 	for _, c := range crd.Status.Conditions {
 		if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
 			return true
@@ -279,25 +279,25 @@ func (s *Server) waitApplied(ctx context.Context, rev int64) error {
 // write was decided with the CRD etcd holds (check).
 type guardedStorage struct {
 	registry.Storage
-	check func(ctx context.Context) error
+	check func(ctx context.Context, create bool) error
 }
 
 func (g *guardedStorage) Create(ctx context.Context, ref etcdstore.Ref, value []byte, guards ...etcdstore.Guard) (int64, error) {
-	if err := g.check(ctx); err != nil {
+	if err := g.check(ctx, true); err != nil {
 		return 0, err
 	}
 	return g.Storage.Create(ctx, ref, value, guards...)
 }
 
 func (g *guardedStorage) Update(ctx context.Context, ref etcdstore.Ref, value []byte, revision int64) (int64, error) {
-	if err := g.check(ctx); err != nil {
+	if err := g.check(ctx, false); err != nil {
 		return 0, err
 	}
 	return g.Storage.Update(ctx, ref, value, revision)
 }
 
 func (g *guardedStorage) Delete(ctx context.Context, ref etcdstore.Ref, revision int64) (int64, error) {
-	if err := g.check(ctx); err != nil {
+	if err := g.check(ctx, false); err != nil {
 		return 0, err
 	}
 	return g.Storage.Delete(ctx, ref, revision)
@@ -309,9 +309,9 @@ func (g *guardedStorage) Delete(ctx context.Context, ref etcdstore.Ref, revision
 // change yet (or is applying it): wait up to catchUpWait for that, and
 // refuse the write either way (503 with Retry-After: nothing was sent, and
 // the client's retry meets the new schema). A CRD that is gone refuses it
-// as not found.
-func (s *Server) guard(name string, generation int64, names apiextensionsv1.CustomResourceDefinitionNames) func(ctx context.Context) error {
-	return func(ctx context.Context) error {
+// as not found; one being deleted refuses creates (403, kube's message).
+func (s *Server) guard(name string, generation int64, names apiextensionsv1.CustomResourceDefinitionNames) func(ctx context.Context, create bool) error {
+	return func(ctx context.Context, create bool) error {
 		obj, err := s.crds.Get(ctx, "", name)
 		if apierrors.IsNotFound(err) {
 			return apierrors.NewNotFound(schema.GroupResource{Group: apiextensionsv1.GroupName, Resource: "customresourcedefinitions"}, name)
@@ -320,6 +320,9 @@ func (s *Server) guard(name string, generation int64, names apiextensionsv1.Cust
 			return err
 		}
 		crd := obj.(*apiextensionsv1.CustomResourceDefinition)
+		if create && crd.DeletionTimestamp != nil {
+			return apierrors.NewForbidden(schema.GroupResource{Group: crd.Spec.Group, Resource: names.Plural}, "", errors.New("create not allowed while custom resource definition is terminating"))
+		}
 		if crd.Generation == generation && equalNames(crd.Status.AcceptedNames, names) && Serves(crd) {
 			return nil
 		}

@@ -201,11 +201,11 @@ func Status(crd *apiextensionsv1.CustomResourceDefinition, others []*apiextensio
 		established = apiextensionsv1.CustomResourceDefinitionCondition{Type: apiextensionsv1.Established, Status: apiextensionsv1.ConditionTrue, Reason: "InitialNamesAccepted", Message: "the initial names have been accepted"}
 	}
 
-	out := *crd.Status.DeepCopy()
-	out.AcceptedNames = names
-	out.Conditions = setCondition(out.Conditions, cond, now)
-	out.Conditions = setCondition(out.Conditions, established, now)
-	return out
+	next := crd.DeepCopy()
+	next.Status.AcceptedNames = names
+	registry.SetCRDCondition(next, cond, now)
+	registry.SetCRDCondition(next, established, now)
+	return next.Status
 }
 
 func freeOrOurs(requested, accepted string, used map[string]bool) error {
@@ -238,23 +238,4 @@ func find(conds []apiextensionsv1.CustomResourceDefinitionCondition, t apiextens
 		}
 	}
 	return nil
-}
-
-// setCondition sets c in conds as kube's SetCRDCondition: the transition
-// time changes only when the status does.
-func setCondition(conds []apiextensionsv1.CustomResourceDefinitionCondition, c apiextensionsv1.CustomResourceDefinitionCondition, now time.Time) []apiextensionsv1.CustomResourceDefinitionCondition {
-	out := slices.Clone(conds)
-	if old := find(out, c.Type); old != nil {
-		if old.Status == c.Status && old.Reason == c.Reason && old.Message == c.Message {
-			return out
-		}
-		c.LastTransitionTime = old.LastTransitionTime
-		if old.Status != c.Status {
-			c.LastTransitionTime = metav1.NewTime(now.Truncate(time.Second))
-		}
-		*old = c
-		return out
-	}
-	c.LastTransitionTime = metav1.NewTime(now.Truncate(time.Second))
-	return append(out, c)
 }

@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -296,4 +297,46 @@ func (crdStatusStrategy) ValidateUpdate(obj, old Object) field.ErrorList {
 	}
 	errs := apiextensionsvalidation.ValidateUpdateCustomResourceDefinitionStatus(context.Background(), internal, oldInternal)
 	return exceptListed(errs, storeUpdateMetadataErrors(crd, oldCRD))
+}
+
+// CustomResourceCleanupFinalizer holds a deleted CRD until its custom
+// objects are deleted (crdcleanup removes it), as kube's.
+const CustomResourceCleanupFinalizer = "customresourcecleanup.apiextensions.k8s.io"
+
+var _ DeleteMarker = crdStrategy{}
+
+// MarkForDeletion is kube's CRD delete (customresourcedefinition/etcd.go):
+// the first delete adds the cleanup finalizer and the Terminating
+// condition; the custom objects are deleted before the CRD goes.
+func (crdStrategy) MarkForDeletion(obj Object) {
+	crd := obj.(*apiextensionsv1.CustomResourceDefinition)
+	if !slices.Contains(crd.Finalizers, CustomResourceCleanupFinalizer) {
+		crd.Finalizers = append(crd.Finalizers, CustomResourceCleanupFinalizer)
+	}
+	SetCRDCondition(crd, apiextensionsv1.CustomResourceDefinitionCondition{
+		Type: apiextensionsv1.Terminating, Status: apiextensionsv1.ConditionTrue, Reason: "InstanceDeletionPending",
+		Message: "CustomResourceDefinition marked for deletion; CustomResource deletion will begin soon",
+	}, time.Now())
+}
+
+// SetCRDCondition sets c in crd's status as kube's SetCRDCondition does:
+// the transition time changes only when the condition's status does.
+func SetCRDCondition(crd *apiextensionsv1.CustomResourceDefinition, c apiextensionsv1.CustomResourceDefinitionCondition, now time.Time) {
+	for i := range crd.Status.Conditions {
+		old := &crd.Status.Conditions[i]
+		if old.Type != c.Type {
+			continue
+		}
+		if old.Status == c.Status && old.Reason == c.Reason && old.Message == c.Message {
+			return
+		}
+		c.LastTransitionTime = old.LastTransitionTime
+		if old.Status != c.Status {
+			c.LastTransitionTime = metav1.NewTime(now.Truncate(time.Second))
+		}
+		*old = c
+		return
+	}
+	c.LastTransitionTime = metav1.NewTime(now.Truncate(time.Second))
+	crd.Status.Conditions = append(crd.Status.Conditions, c)
 }

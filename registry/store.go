@@ -554,6 +554,9 @@ func (s *Store) deleteFrom(ctx context.Context, namespace, name string, opts *me
 		return nil, false, err
 	}
 	obj := copyObject(shared)
+	if m, ok := s.Resource.Strategy.(DeleteMarker); ok && obj.GetDeletionTimestamp() == nil {
+		m.MarkForDeletion(obj) // adds the finalizer of the resource's own cleanup
+	}
 	if len(obj.GetFinalizers()) > 0 {
 		// Finalizers hold the object: it is only marked as being deleted;
 		// the update that removes the last one deletes it.
@@ -589,6 +592,17 @@ func (s *Store) deleteFrom(ctx context.Context, namespace, name string, opts *me
 		Status:  metav1.StatusSuccess,
 		Details: &metav1.StatusDetails{Name: name, Group: gr.Group, Kind: gr.Resource, UID: obj.GetUID()},
 	}, wrote, nil
+}
+
+// DeleteMarker is implemented by the Strategy of a resource whose objects
+// are never removed by a delete at once: the delete marks the object
+// (deletionTimestamp) after MarkForDeletion has added the finalizer of the
+// resource's own cleanup (and whatever status says so), in the same
+// guarded write; the cleanup removes the finalizer when it is done, and
+// that write deletes the object. kube-apiserver does this for CRDs (their
+// custom objects are deleted first).
+type DeleteMarker interface {
+	MarkForDeletion(obj Object)
 }
 
 // checkDelete checks a delete's HTTP conditions (412) and DeleteOptions

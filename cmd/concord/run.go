@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/concord-dev/concord/apiserver"
+	"github.com/concord-dev/concord/crdcleanup"
 	"github.com/concord-dev/concord/crdserving"
 	"github.com/concord-dev/concord/crdstatus"
 	"github.com/concord-dev/concord/etcdstore"
@@ -147,6 +148,7 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 	}
 	go crdserving.New(crds, catalog, store, newStore, log).Run(ctx)
 	go crdstatus.New(crds, log).Run(ctx)
+	go crdcleanup.New(crds, store, newStore, log).Run(ctx)
 	bootCtx, cancelBoot := context.WithTimeout(ctx, cfg.EtcdDialTimeout)
 	err = registry.EnsureSystemNamespaces(bootCtx, stores)
 	cancelBoot()
