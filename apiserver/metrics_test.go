@@ -165,11 +165,13 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("apiserver_longrunning_requests with a watch open = %v; want 1", got)
 	}
 	w.cancel()
-	// The server sees the client leave at its next read; wait for it.
+	// The server sees the client leave at its next read; wait for it, and
+	// for the request to be counted (just after the gauge goes down).
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		families = scrape(t, s)
-		if value(t, families, "apiserver_longrunning_requests", watchLabels) == 0 {
+		_, counted := find(families, "apiserver_request_total", requestLabels("WATCH", "namespace", "200"))
+		if value(t, families, "apiserver_longrunning_requests", watchLabels) == 0 && counted {
 			break
 		}
 		if time.Now().After(deadline) {
