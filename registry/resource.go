@@ -152,7 +152,16 @@ func (r *Resource) GroupVersionKind() schema.GroupVersionKind {
 
 // ListGroupVersionKind is the kind of a list of this resource.
 func (r *Resource) ListGroupVersionKind() schema.GroupVersionKind {
+	if r.ListKind != "" {
+		return r.GroupVersion.WithKind(r.ListKind)
+	}
 	return r.GroupVersion.WithKind(r.Kind + "List")
+}
+
+// storedJSONServed reports whether the stored JSON of an object is what
+// this declaration serves, so that reads may pass it through.
+func (r *Resource) storedJSONServed() bool {
+	return r.Storage == nil && r.ReadStored == nil
 }
 
 // Resources are all the resources Concord serves.
