@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/util/jsonpath"
+	"k8s.io/kube-openapi/pkg/validation/spec"
 )
 
 // CustomResource returns the declaration that serves version of crd's
@@ -107,7 +108,9 @@ type customResourceDefinition struct {
 	// schemas are the structural schemas of the versions that have one,
 	// defaults pruned, by version; versions holds every version name, the
 	// apiVersions stored objects may have.
-	schemas               map[string]*structuralschema.Structural
+	schemas map[string]*structuralschema.Structural
+	// passes are the passes each schema needs (schemaPasses).
+	passes                map[*structuralschema.Structural]schemaPasses
 	versions              map[string]bool
 	preserveUnknownFields bool
 	webhook               bool
@@ -123,6 +126,7 @@ func newCustomResourceDefinition(in *apiextensionsv1.CustomResourceDefinition) (
 		crd:                   crd,
 		names:                 crd.Status.AcceptedNames,
 		schemas:               map[string]*structuralschema.Structural{},
+		passes:                map[*structuralschema.Structural]schemaPasses{},
 		versions:              map[string]bool{},
 		preserveUnknownFields: crd.Spec.PreserveUnknownFields,
 		webhook:               crd.Spec.Conversion != nil && crd.Spec.Conversion.Strategy == apiextensionsv1.WebhookConverter,
@@ -165,6 +169,7 @@ func newCustomResourceDefinition(in *apiextensionsv1.CustomResourceDefinition) (
 			}
 		}
 		d.schemas[v.Name] = s
+		d.passes[s] = passesOf(s)
 	}
 	if d.storageVersion == "" {
 		return nil, fmt.Errorf("registry: CustomResourceDefinition %s has no storage version", crd.Name)
@@ -292,9 +297,10 @@ type customResourceStrategy struct {
 	// defaulting, list types, embedded resources, CEL.
 	structural *structuralschema.Structural
 	// validator is the OpenAPI validation of the whole object, and
-	// statusValidator that of .status, for status writes.
-	validator       apiservervalidation.SchemaValidator
-	statusValidator apiservervalidation.SchemaValidator
+	// statusValidator that of .status, for status writes; openapi and
+	// statusOpenAPI accept what they would (openAPIChecker).
+	validator, statusValidator apiservervalidation.SchemaValidator
+	openapi, statusOpenAPI     *openAPIChecker
 	// cel holds the compiled x-kubernetes-validations rules (nil: none).
 	cel *cel.Validator
 	// status: the version has a status subresource; scale its scale one.
@@ -333,20 +339,22 @@ func (d *customResourceDefinition) strategy(v apiextensionsv1.CustomResourceDefi
 		}
 		props = internal.OpenAPIV3Schema
 	}
-	validator, _, err := apiservervalidation.NewSchemaValidator(props)
+	validator, openapi, err := apiservervalidation.NewSchemaValidator(props)
 	if err != nil {
 		return nil, fmt.Errorf("registry: CustomResourceDefinition %s version %s: %w", d.crd.Name, v.Name, err)
 	}
-	s.validator = validator
+	s.validator, s.openapi = validator, newOpenAPIChecker(openapi)
 	if sub := v.Subresources; sub != nil {
 		if sub.Status != nil {
 			s.status = true
 			// For the status subresource, only the status schema.
 			if props != nil && props.Properties != nil {
 				if statusProps, ok := props.Properties["status"]; ok {
-					if s.statusValidator, _, err = apiservervalidation.NewSchemaValidator(&statusProps); err != nil {
+					var statusOpenAPI *spec.Schema
+					if s.statusValidator, statusOpenAPI, err = apiservervalidation.NewSchemaValidator(&statusProps); err != nil {
 						return nil, fmt.Errorf("registry: CustomResourceDefinition %s version %s: %w", d.crd.Name, v.Name, err)
 					}
+					s.statusOpenAPI = newOpenAPIChecker(statusOpenAPI)
 				}
 			}
 		}
@@ -384,7 +392,7 @@ func (s *customResourceStrategy) DecodeRequest(obj Object) ([]string, error) {
 	if err != nil {
 		return nil, apierrors.NewBadRequest(err.Error())
 	}
-	structuraldefaulting.Default(u.Object, s.structural)
+	s.def.applyDefaults(u.Object, s.structural)
 	return pruned, nil
 }
 
@@ -396,7 +404,7 @@ func (s *customResourceStrategy) decodeRequest(u *unstructured.Unstructured) {
 		u.SetGroupVersionKind(s.kind)
 	}
 	if _, err := s.def.coerce(u, s.version, coercion{}); err == nil {
-		structuraldefaulting.Default(u.Object, s.structural)
+		s.def.applyDefaults(u.Object, s.structural)
 	}
 }
 
@@ -428,9 +436,9 @@ func (d *customResourceDefinition) coerce(u *unstructured.Unstructured, version 
 	s := d.schemas[version]
 	if !d.preserveUnknownFields {
 		unknown = append(unknown, structuralpruning.PruneWithOptions(u.Object, s, true, structuralschema.UnknownFieldPathOptions{TrackUnknownFieldPaths: c.trackUnknown})...)
-		structuraldefaulting.PruneNonNullableNullsWithoutDefaults(u.Object, s)
+		pruneNulls(u.Object, s)
 	}
-	embeddedUnknown, err := coerceEmbedded(u.Object, s, c)
+	embeddedUnknown, err := d.coerceEmbedded(u.Object, s, c)
 	if err != nil {
 		return nil, err
 	}
@@ -497,11 +505,13 @@ func (s *customResourceStrategy) Validate(obj Object) field.ErrorList {
 	var errs field.ErrorList
 	metadata, metaErrs := getObjectMeta(u)
 	errs = append(errs, metaErrs...)
-	errs = append(errs, apiservervalidation.ValidateCustomResource(nil, u.UnstructuredContent(), s.validator)...)
+	if !s.openapi.accepts(u.UnstructuredContent()) {
+		errs = append(errs, apiservervalidation.ValidateCustomResource(nil, u.UnstructuredContent(), s.validator)...)
+	}
 	errs = append(errs, s.validateScaleSpec(u)...)
 	errs = append(errs, s.validateScaleStatus(u)...)
-	errs = append(errs, validateEmbedded(ctx, u.Object, s.structural)...)
-	errs = append(errs, validateListSetsAndMaps(s.structural, u.Object)...)
+	errs = append(errs, s.def.validateEmbedded(ctx, u.Object, s.structural)...)
+	errs = append(errs, s.def.validateListSetsAndMaps(s.structural, u.Object)...)
 	if s.cel != nil {
 		// kube's blocking check sees its own ObjectMeta errors too.
 		blocking := errs
@@ -530,12 +540,12 @@ func (s *customResourceStrategy) ValidateUpdate(obj, old Object) field.ErrorList
 	}
 	var errs field.ErrorList
 	errs = append(errs, validateObjectMetaUpdate(ctx, u, o, s.namespaced)...)
-	errs = append(errs, apiservervalidation.ValidateCustomResourceUpdate(nil, u.UnstructuredContent(), o.UnstructuredContent(), s.validator, apiservervalidation.WithRatcheting(correlated))...)
+	errs = append(errs, validateSchemaUpdate(nil, u.UnstructuredContent(), o.UnstructuredContent(), s.validator, s.openapi, apiservervalidation.WithRatcheting(correlated))...)
 	errs = append(errs, s.validateScaleSpec(u)...)
 	errs = append(errs, s.validateScaleStatus(u)...)
-	errs = append(errs, validateEmbedded(ctx, u.Object, s.structural)...)
-	if oldErrs := validateListSetsAndMaps(s.structural, o.Object); len(oldErrs) == 0 {
-		errs = append(errs, validateListSetsAndMaps(s.structural, u.Object)...)
+	errs = append(errs, s.def.validateEmbedded(ctx, u.Object, s.structural)...)
+	if oldErrs := s.def.validateListSetsAndMaps(s.structural, o.Object); len(oldErrs) == 0 {
+		errs = append(errs, s.def.validateListSetsAndMaps(s.structural, u.Object)...)
 	}
 	if s.cel != nil {
 		if has, err := hasBlockingErr(errs); has {
@@ -580,7 +590,7 @@ func (s *customResourceStrategy) readStored(obj Object) (Object, error) {
 	if _, err := s.def.coerce(u, gvk.Version, coercion{dropInvalidMetadata: true, repairGeneration: true}); err != nil {
 		return nil, err
 	}
-	structuraldefaulting.Default(u.Object, s.def.schemas[gvk.Version])
+	s.def.applyDefaults(u.Object, s.def.schemas[gvk.Version])
 	if gvk.Version != s.version {
 		u.SetGroupVersionKind(s.kind)
 		if _, err := s.def.coerce(u, s.version, coercion{}); err != nil {
@@ -699,12 +709,12 @@ func (st customResourceStatusStrategy) ValidateUpdate(obj, old Object) field.Err
 			if s.structural != nil {
 				opts = append(opts, apiservervalidation.WithRatcheting(correlated.Key("status")))
 			}
-			errs = append(errs, apiservervalidation.ValidateCustomResourceUpdate(field.NewPath("status"), status, o.Object["status"], s.statusValidator, opts...)...)
+			errs = append(errs, validateSchemaUpdate(field.NewPath("status"), status, o.Object["status"], s.statusValidator, s.statusOpenAPI, opts...)...)
 		}
 		errs = append(errs, s.validateScaleStatus(u)...)
 	}
-	if newErrs := validateListSetsAndMaps(s.structural, u.Object); len(newErrs) > 0 {
-		if oldErrs := validateListSetsAndMaps(s.structural, o.Object); len(oldErrs) == 0 {
+	if newErrs := s.def.validateListSetsAndMaps(s.structural, u.Object); len(newErrs) > 0 {
+		if oldErrs := s.def.validateListSetsAndMaps(s.structural, o.Object); len(oldErrs) == 0 {
 			errs = append(errs, newErrs...)
 		}
 	}

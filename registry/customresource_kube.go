@@ -8,8 +8,10 @@ import (
 
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel/model"
+	structuraldefaulting "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/defaulting"
 	structurallisttype "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/listtype"
 	schemaobjectmeta "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/objectmeta"
+	apiservervalidation "k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/operation"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
@@ -49,9 +51,86 @@ func setObjectMeta(obj map[string]any, objectMeta *metav1.ObjectMeta) error {
 	return schemaobjectmeta.SetObjectMeta(obj, objectMeta)
 }
 
+// schemaPasses says which of kube's passes over an object a structural
+// schema can make do anything: each pass follows the schema's properties,
+// additionalProperties and items, and acts only where the schema has a
+// default, an x-kubernetes-list-type set or map, or an embedded resource.
+// A pass that cannot act is skipped: the answer is the same, the CPU not
+// spent (these passes copy the schema node of every field they visit).
+type schemaPasses struct {
+	defaults, listTypes, embedded bool
+}
+
+func passesOf(s *structuralschema.Structural) schemaPasses {
+	var p schemaPasses
+	var walk func(*structuralschema.Structural)
+	walk = func(s *structuralschema.Structural) {
+		if s == nil {
+			return
+		}
+		p.defaults = p.defaults || s.Default.Object != nil
+		p.listTypes = p.listTypes || (s.XListType != nil && (*s.XListType == "set" || *s.XListType == "map"))
+		p.embedded = p.embedded || s.XEmbeddedResource
+		for k := range s.Properties {
+			prop := s.Properties[k]
+			walk(&prop)
+		}
+		if s.AdditionalProperties != nil {
+			walk(s.AdditionalProperties.Structural)
+		}
+		walk(s.Items)
+	}
+	walk(s)
+	return p
+}
+
+// passes are the passes the schema of version needs.
+func (d *customResourceDefinition) passesOf(s *structuralschema.Structural) schemaPasses {
+	return d.passes[s]
+}
+
+// containsNull reports whether x holds a JSON null anywhere: kube's pruning
+// of non-nullable nulls has nothing to do otherwise.
+func containsNull(x any) bool {
+	switch x := x.(type) {
+	case nil:
+		return true
+	case map[string]any:
+		for _, v := range x {
+			if containsNull(v) {
+				return true
+			}
+		}
+	case []any:
+		for _, v := range x {
+			if containsNull(v) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// pruneNulls is kube's PruneNonNullableNullsWithoutDefaults.
+func pruneNulls(obj map[string]any, s *structuralschema.Structural) {
+	if containsNull(obj) {
+		structuraldefaulting.PruneNonNullableNullsWithoutDefaults(obj, s)
+	}
+}
+
+// applyDefaults is kube's defaulting.
+func (d *customResourceDefinition) applyDefaults(obj map[string]any, s *structuralschema.Structural) {
+	if d.passesOf(s).defaults {
+		structuraldefaulting.Default(obj, s)
+	}
+}
+
 // coerceEmbedded checks the apiVersion and kind of the embedded resources
 // (x-kubernetes-embedded-resource) and prunes their ObjectMeta.
-func coerceEmbedded(obj map[string]any, s *structuralschema.Structural, c coercion) ([]string, error) {
+func (d *customResourceDefinition) coerceEmbedded(obj map[string]any, s *structuralschema.Structural, c coercion) ([]string, error) {
+	if !d.passesOf(s).embedded {
+		return nil, nil
+	}
 	fieldErr, unknown := schemaobjectmeta.CoerceWithOptions(nil, obj, s, false, schemaobjectmeta.CoerceOptions{
 		DropInvalidFields:       c.dropInvalidMetadata,
 		ReturnUnknownFieldPaths: c.trackUnknown,
@@ -63,16 +142,38 @@ func coerceEmbedded(obj map[string]any, s *structuralschema.Structural, c coerci
 }
 
 // validateEmbedded checks the embedded resources' TypeMeta and ObjectMeta
-// (kube's ValidateEmbeddedResource: metadata may only hold name and
-// generateName, each valid, apiVersion and kind are required).
-func validateEmbedded(ctx context.Context, obj map[string]any, s *structuralschema.Structural) field.ErrorList {
+// (kube's ValidateEmbeddedResource: apiVersion and kind are required, the
+// metadata a valid ObjectMeta, its name a path segment).
+func (d *customResourceDefinition) validateEmbedded(ctx context.Context, obj map[string]any, s *structuralschema.Structural) field.ErrorList {
+	if !d.passesOf(s).embedded {
+		return nil
+	}
 	return schemaobjectmeta.Validate(ctx, nil, obj, s, false)
 }
 
 // validateListSetsAndMaps checks the x-kubernetes-list-type set and map
 // invariants (unique items, unique keys).
-func validateListSetsAndMaps(s *structuralschema.Structural, obj map[string]any) field.ErrorList {
+func (d *customResourceDefinition) validateListSetsAndMaps(s *structuralschema.Structural, obj map[string]any) field.ErrorList {
+	if !d.passesOf(s).listTypes {
+		return nil
+	}
 	return structurallisttype.ValidateListSetsAndMaps(nil, s, obj)
+}
+
+// validateSchemaUpdate is kube's ValidateCustomResourceUpdate with
+// ratcheting. Ratcheting validates the new object as
+// a create does and turns the errors of what did not change into warnings
+// (which kube does not report), so an object the plain validation accepts
+// is accepted — by openAPIAccepts, else by the validator — and the dearer
+// ratcheting pass only runs for one it refuses.
+func validateSchemaUpdate(path *field.Path, obj, old any, validator apiservervalidation.SchemaValidator, checker *openAPIChecker, opts ...apiservervalidation.ValidationOption) field.ErrorList {
+	if validator == nil || checker.accepts(obj) {
+		return nil
+	}
+	if validator.Validate(obj).IsValid() {
+		return nil
+	}
+	return apiservervalidation.ValidateCustomResourceUpdate(path, obj, old, validator, opts...)
 }
 
 // newCorrelatedObject pairs new and old for ratcheting.
@@ -81,20 +182,61 @@ func newCorrelatedObject(obj, old map[string]any, s *structuralschema.Structural
 }
 
 // equalExceptMetadata is kube's test for a new generation: the objects
-// differ in more than their metadata.
+// differ in more than their metadata (kube compares copies without it with
+// apiequality.Semantic.DeepEqual, which for JSON values is equalJSON).
 func equalExceptMetadata(a, b map[string]any) bool {
-	return apiequality.Semantic.DeepEqual(copyNonMetadata(a), copyNonMetadata(b))
-}
-
-func copyNonMetadata(original map[string]any) map[string]any {
-	ret := make(map[string]any, len(original))
-	for key, val := range original {
+	n := 0
+	for key, va := range a {
 		if key == "metadata" {
 			continue
 		}
-		ret[key] = val
+		vb, ok := b[key]
+		if !ok || !equalJSON(va, vb) {
+			return false
+		}
+		n++
 	}
-	return ret
+	for key := range b {
+		if key != "metadata" {
+			n--
+		}
+	}
+	return n == 0
+}
+
+// equalJSON is apiequality.Semantic.DeepEqual of two decoded JSON values:
+// reflect.DeepEqual, but for nil and empty maps and slices, which are
+// equal (the semantic equalities it adds are for Go types JSON decoding
+// never gives).
+func equalJSON(a, b any) bool {
+	switch a := a.(type) {
+	case map[string]any:
+		b, ok := b.(map[string]any)
+		if !ok || len(a) != len(b) {
+			return false
+		}
+		for key, va := range a {
+			vb, ok := b[key]
+			if !ok || !equalJSON(va, vb) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		b, ok := b.([]any)
+		if !ok || len(a) != len(b) {
+			return false
+		}
+		for i := range a {
+			if !equalJSON(a[i], b[i]) {
+				return false
+			}
+		}
+		return true
+	case nil, bool, string, int64, float64:
+		return a == b
+	}
+	return apiequality.Semantic.DeepEqual(a, b)
 }
 
 // getObjectMeta is kube's: obj's metadata as an ObjectMeta, or the error
