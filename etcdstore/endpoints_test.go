@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,6 +29,9 @@ import (
 type freezableProxy struct {
 	url string
 	ln  net.Listener
+
+	// chunks counts what it forwarded, either way.
+	chunks atomic.Int64
 
 	mu     sync.Mutex
 	frozen bool
@@ -86,6 +90,7 @@ func (p *freezableProxy) pipe(dst, src net.Conn) {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}
+			p.chunks.Add(1)
 		}
 		if err != nil {
 			dst.Close()
@@ -136,8 +141,13 @@ func twoEndpoints(t *testing.T) (clientv3.Config, *clientv3.Client, [2]*freezabl
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
-	// Both connections up before anything is frozen.
-	for range 4 {
+	// Both connections up before anything is frozen: the client sends
+	// requests only on connections that are ready, so a frozen proxy whose
+	// connection was still being set up would never be tried.
+	for i := 0; proxies[0].chunks.Load() < 8 || proxies[1].chunks.Load() < 8; i++ {
+		if i == 100 {
+			t.Fatalf("the client does not use both proxies (%d and %d chunks forwarded)", proxies[0].chunks.Load(), proxies[1].chunks.Load())
+		}
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 		_, err := client.Get(ctx, "/warm-up")
 		cancel()
