@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
 
 	"github.com/concord-dev/concord/etcdstore"
@@ -852,5 +853,33 @@ func TestCustomResourceDecodeRequest(t *testing.T) {
 	bad := widget(t, `{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"a","labels":"x"},"spec":{}}`)
 	if _, err := decoder.DecodeRequest(bad); !apierrors.IsBadRequest(err) {
 		t.Errorf("DecodeRequest of labels that are a string = %v; want 400", err)
+	}
+}
+
+// TestCustomResourcePatch: a patch's result is decoded as a body is — what
+// the schema prunes is an unknown field to fieldValidation=Strict — and
+// judged as a replace; custom objects take no strategic merge patch.
+func TestCustomResourcePatch(t *testing.T) {
+	f := newWidgetFixture(t)
+	ctx := testCtx(t)
+	f.create(t, widgetJSON("a", `{"replicas":2}`))
+	_, err := f.v1.Patch(ctx, "ns", "a", types.MergePatchType, []byte(`{"spec":{"x":1,"maxReplicas":3}}`), WriteOptions{StrictFields: true})
+	if got := statusOf(t, err); got.Code != 400 || got.Message != `strict decoding error: unknown field "spec.x"` {
+		t.Errorf("strict merge patch with an unknown field = %d %q; want 400 strict decoding error", got.Code, got.Message)
+	}
+	out, err := f.v1.Patch(ctx, "ns", "a", types.MergePatchType, []byte(`{"spec":{"x":1,"maxReplicas":3,"replicas":null}}`), WriteOptions{})
+	if err != nil {
+		t.Fatalf("merge patch: %v", err)
+	}
+	if diff := cmp.Diff(map[string]any{"size": "small", "replicas": int64(1), "maxReplicas": int64(3)}, out.(*unstructured.Unstructured).Object["spec"]); diff != "" {
+		t.Errorf("patched spec (-want +got):\n%s", diff)
+	}
+	_, err = f.v1.Patch(ctx, "ns", "a", types.JSONPatchType, []byte(`[{"op":"replace","path":"/spec/size","value":"large"}]`), WriteOptions{})
+	if got := statusOf(t, err); got.Code != 422 || len(got.Details.Causes) != 1 || got.Details.Causes[0].Message != "Invalid value: size is immutable" {
+		t.Errorf("JSON patch changing spec.size = %d %+v; want 422 size is immutable", got.Code, got.Details)
+	}
+	_, err = f.v1.Patch(ctx, "ns", "a", types.StrategicMergePatchType, []byte(`{"spec":{"replicas":2}}`), WriteOptions{})
+	if got := statusOf(t, err); got.Code != 415 {
+		t.Errorf("strategic merge patch = %d %q; want 415", got.Code, got.Message)
 	}
 }

@@ -26,6 +26,17 @@ const maxJSONPatchOperations = 10000
 // conds carry If-Match (412).
 func (s *Store) Patch(ctx context.Context, namespace, name string, pt types.PatchType, patch []byte, opts WriteOptions) (Object, error) {
 	gr := s.Resource.GroupResource()
+	_, decodes := s.Resource.Strategy.(RequestDecoder)
+	if pt == types.StrategicMergePatchType && decodes {
+		// Custom objects have no Go type to merge by: kube-apiserver does
+		// not offer strategic merge patches for them (415).
+		return nil, &apierrors.StatusError{ErrStatus: metav1.Status{
+			Status:  metav1.StatusFailure,
+			Code:    http.StatusUnsupportedMediaType,
+			Reason:  metav1.StatusReasonUnsupportedMediaType,
+			Message: "the body of the request was in an unknown format - accepted media types include: " + string(types.JSONPatchType) + ", " + string(types.MergePatchType),
+		}}
+	}
 	if pt == types.JSONPatchType {
 		ops, err := jsonpatch.DecodePatch(patch)
 		if err != nil {
@@ -57,6 +68,17 @@ func (s *Store) Patch(ctx context.Context, namespace, name string, pt types.Patc
 		strictErrs, err := kjson.UnmarshalStrict(patched, out)
 		if err != nil {
 			return nil, apierrors.NewBadRequest(fmt.Sprintf("the patched object is not a valid %s: %v", s.Resource.Kind, err))
+		}
+		if d, ok := s.Resource.Strategy.(RequestDecoder); ok {
+			// A custom object decodes into a map, which knows no field:
+			// what its schema prunes is what is unknown.
+			pruned, err := d.DecodeRequest(out)
+			if err != nil {
+				return nil, err
+			}
+			for _, path := range pruned {
+				strictErrs = append(strictErrs, fmt.Errorf("unknown field %q", path))
+			}
 		}
 		if opts.StrictFields && len(strictErrs) > 0 {
 			return nil, apierrors.NewBadRequest(fmt.Sprintf("strict decoding error: %v", errors.Join(strictErrs...)))
