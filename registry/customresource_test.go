@@ -142,6 +142,8 @@ type widgetFixture struct {
 	v1, v2 *Store
 	// configMaps is the ConfigMap store, for comparison.
 	configMaps *Store
+	storage    Storage
+	catalog    *Catalog
 }
 
 // newWidgetFixture serves widgets in both versions next to the built-ins,
@@ -152,7 +154,8 @@ func newWidgetFixture(t testing.TB) *widgetFixture {
 	storage := etcdstore.New(e.Client, "/registry")
 	builtins := NewStores(storage, DefaultWatchConfig())
 	catalog := NewCatalog(builtins)
-	f := &widgetFixture{etcd: e, v1: NewStore(storage, widgetResource(t, "v1"), DefaultWatchConfig()), v2: NewStore(storage, widgetResource(t, "v2"), DefaultWatchConfig())}
+	f := &widgetFixture{etcd: e, storage: storage, catalog: catalog,
+		v1: NewStore(storage, widgetResource(t, "v1"), DefaultWatchConfig()), v2: NewStore(storage, widgetResource(t, "v2"), DefaultWatchConfig())}
 	if err := catalog.Add(f.v1, f.v2); err != nil {
 		t.Fatal(err)
 	}
