@@ -180,6 +180,52 @@ func (c *Catalog) Remove(gr schema.GroupResource) {
 	c.notify()
 }
 
+// Replace serves stores in place of every version of gr, in one change:
+// no request between finds gr unserved, as one would between a Remove and
+// an Add (a CRD whose schema changed). It is all or nothing as Add is;
+// the stores replaced are stopped as Remove stops them.
+func (c *Catalog) Replace(gr schema.GroupResource, stores ...*Store) error {
+	for _, s := range stores {
+		if s == nil || s.Resource == nil {
+			return errors.New("registry: catalog replace: a store without a resource")
+		}
+		if s.Resource.IsNamespace {
+			return fmt.Errorf("registry: catalog replace: %s: the Namespace store is a built-in", s.Resource.GroupResource())
+		}
+	}
+	c.mu.Lock()
+	current := c.state.Load()
+	var removed []*Store
+	without := &catalogState{byGVR: make(map[schema.GroupVersionResource]*Store, len(current.byGVR))}
+	for _, s := range current.stores {
+		if s.Resource.GroupResource() == gr {
+			removed = append(removed, s)
+			continue
+		}
+		without.stores = append(without.stores, s)
+		without.byGVR[gvrOf(s.Resource)] = s
+	}
+	next, err := without.with(stores)
+	if err != nil {
+		c.mu.Unlock()
+		return fmt.Errorf("registry: catalog replace: %w", err)
+	}
+	for _, s := range stores {
+		c.wire(s)
+		for _, prepare := range c.onAdd {
+			prepare(s)
+		}
+	}
+	next.generation = current.generation + 1
+	c.state.Store(next)
+	c.mu.Unlock()
+	for _, s := range removed {
+		s.StopWatches()
+	}
+	c.notify()
+	return nil
+}
+
 // Subscribe has f called after each change of the set (Add, Remove), on the
 // goroutine that made it, one call at a time; f reads the catalog to see
 // what changed. f must not change the catalog.

@@ -83,6 +83,13 @@ func (s *Store) Patch(ctx context.Context, namespace, name string, pt types.Patc
 		if opts.StrictFields && len(strictErrs) > 0 {
 			return nil, apierrors.NewBadRequest(fmt.Sprintf("strict decoding error: %v", errors.Join(strictErrs...)))
 		}
+		if opts.Warnings != nil {
+			warnings := make([]string, len(strictErrs))
+			for i, e := range strictErrs {
+				warnings[i] = e.Error()
+			}
+			opts.Warnings(warnings)
+		}
 		if gvk := out.GetObjectKind().GroupVersionKind(); gvk != (schema.GroupVersionKind{}) && gvk != s.Resource.GroupVersionKind() {
 			return nil, apierrors.NewBadRequest(fmt.Sprintf("a patch cannot change apiVersion or kind (to %s)", gvk))
 		}

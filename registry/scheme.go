@@ -3,6 +3,7 @@ package registry
 import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -29,6 +30,8 @@ func init() {
 	// without storing them.
 	utilruntime.Must(authorizationv1.AddToScheme(Scheme))
 	utilruntime.Must(authenticationv1.AddToScheme(Scheme))
+	// Scale, what the scale subresource of a custom resource answers.
+	utilruntime.Must(autoscalingv1.AddToScheme(Scheme))
 	// Options types (DeleteOptions, …) also travel as meta.k8s.io/v1.
 	metav1.AddToGroupVersion(Scheme, metav1.SchemeGroupVersion)
 	// Table and PartialObjectMetadata, for kubectl's server-side printing.

@@ -272,6 +272,11 @@ type WriteOptions struct {
 	// StrictFields refuses a patch that leaves unknown fields in the object
 	// (fieldValidation=Strict; PUT and POST bodies are checked when decoded).
 	StrictFields bool
+	// Warnings, when set, is told what a patch left in the object that its
+	// type or schema does not know (unknown, duplicate and pruned fields)
+	// when StrictFields is not set, for fieldValidation=Warn: called each
+	// time the patch is applied, the last call is for the object written.
+	Warnings func(warnings []string)
 	// status: the write replaces the status only (UpdateStatus,
 	// PatchStatus), prepared and checked with the StatusStrategy.
 	status bool
