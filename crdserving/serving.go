@@ -36,6 +36,10 @@ const catchUpWait = 3 * time.Second
 // ended.
 const rewatchDelay = 500 * time.Millisecond
 
+// removeGrace is how long a deleted CRD's resource is still served (reads
+// and watches) after the CRD is gone.
+const removeGrace = time.Second
+
 // Server serves the custom resources of the stored CRDs in a catalog.
 type Server struct {
 	crds     *registry.Store
@@ -45,8 +49,10 @@ type Server struct {
 	log      *slog.Logger
 
 	mu sync.Mutex
-	// served are the CRDs whose resources the catalog serves, by name.
-	served map[string]served
+	// served are the CRDs whose resources the catalog serves, by name;
+	// removing the resources of deleted CRDs still served for removeGrace.
+	served   map[string]served
+	removing map[schema.GroupResource]*time.Timer
 	// applied is the CRD revision this replica has applied everything up
 	// to; caughtUp is closed (and replaced) whenever it grows.
 	applied  int64
@@ -72,7 +78,7 @@ type NewStore func(storage registry.Storage, res *registry.Resource) *registry.S
 // CustomResourceDefinition store) in catalog, their objects kept in
 // storage.
 func New(crds *registry.Store, catalog *registry.Catalog, storage registry.Storage, newStore NewStore, log *slog.Logger) *Server {
-	return &Server{crds: crds, catalog: catalog, storage: storage, newStore: newStore, log: log, served: map[string]served{}, caughtUp: make(chan struct{})}
+	return &Server{crds: crds, catalog: catalog, storage: storage, newStore: newStore, log: log, served: map[string]served{}, removing: map[schema.GroupResource]*time.Timer{}, caughtUp: make(chan struct{})}
 }
 
 // Run watches the CRDs until ctx ends, keeping the catalog equal to what
@@ -176,8 +182,10 @@ func (s *Server) apply(crd *apiextensionsv1.CustomResourceDefinition) {
 		return
 	}
 	gr := schema.GroupResource{Group: crd.Spec.Group, Resource: crd.Status.AcceptedNames.Plural}
-	if had {
+	s.finishRemoval(gr)
+	if had && (!Serves(crd) || old.gr != gr) {
 		s.catalog.Remove(old.gr)
+		had = false
 	}
 	if !Serves(crd) {
 		s.forget(crd.Name, rev)
@@ -197,7 +205,16 @@ func (s *Server) apply(crd *apiextensionsv1.CustomResourceDefinition) {
 		guarded := &guardedStorage{Storage: s.storage, check: s.guard(crd.Name, crd.Generation, crd.Status.AcceptedNames)}
 		stores = append(stores, s.newStore(guarded, res))
 	}
-	if err := s.catalog.Add(stores...); err != nil {
+	// A changed CRD's stores are replaced in one change of the catalog, so
+	// that no request in between finds its resource unserved.
+	add := s.catalog.Add
+	if had {
+		add = func(stores ...*registry.Store) error { return s.catalog.Replace(old.gr, stores...) }
+	}
+	if err := add(stores...); err != nil {
+		if had {
+			s.catalog.Remove(old.gr)
+		}
 		s.log.Error("CustomResourceDefinition cannot be served", "crd", crd.Name, "err", err)
 		s.forget(crd.Name, rev)
 		return
@@ -209,16 +226,45 @@ func (s *Server) apply(crd *apiextensionsv1.CustomResourceDefinition) {
 	s.advanceTo(rev)
 }
 
-// remove stops serving the CRD name (deleted at revision rev).
+// remove stops serving the CRD name (deleted at revision rev), after
+// removeGrace: its objects were deleted just before it (crdcleanup), and
+// the watchers of its resource are sent their DELETED events meanwhile, as
+// kube-apiserver keeps a deleted CRD's storage while its requests drain.
+// Writes are refused from the start (the guard finds no CRD).
 func (s *Server) remove(name string, rev int64) {
 	s.mu.Lock()
 	old, had := s.served[name]
-	s.mu.Unlock()
 	if had {
-		s.catalog.Remove(old.gr)
-		s.log.Info("no longer serving custom resource", "crd", name, "resource", old.gr.String())
+		gr := old.gr
+		if t, pending := s.removing[gr]; pending {
+			t.Stop()
+		}
+		s.removing[gr] = time.AfterFunc(removeGrace, func() {
+			s.mu.Lock()
+			_, pending := s.removing[gr]
+			delete(s.removing, gr)
+			s.mu.Unlock()
+			if pending {
+				s.catalog.Remove(gr)
+				s.log.Info("no longer serving custom resource", "crd", name, "resource", gr.String())
+			}
+		})
 	}
+	s.mu.Unlock()
 	s.forget(name, rev)
+}
+
+// finishRemoval removes at once a resource whose removal is pending (its
+// CRD is being created again).
+func (s *Server) finishRemoval(gr schema.GroupResource) {
+	s.mu.Lock()
+	t, pending := s.removing[gr]
+	delete(s.removing, gr)
+	s.mu.Unlock()
+	if pending {
+		t.Stop()
+		s.catalog.Remove(gr)
+	}
 }
 
 // removeAllBut stops serving every CRD not in keep (after a new watch's
