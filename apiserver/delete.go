@@ -20,7 +20,7 @@ func (h *resourceHandler) delete(w http.ResponseWriter, r *http.Request, namespa
 		writeError(w, r, err)
 		return
 	}
-	writeObject(w, r, http.StatusOK, status)
+	h.writeObject(w, r, http.StatusOK, status)
 }
 
 // deleteCollection answers a DELETE of a collection: the objects its list
@@ -41,7 +41,7 @@ func (h *resourceHandler) deleteCollection(w http.ResponseWriter, r *http.Reques
 		writeError(w, r, err)
 		return
 	}
-	writeObject(w, r, http.StatusOK, deleted)
+	h.writeObject(w, r, http.StatusOK, deleted)
 }
 
 // deleteOptions reads a DELETE's query options, conditions and optional
@@ -51,7 +51,14 @@ func (h *resourceHandler) deleteOptions(w http.ResponseWriter, r *http.Request) 
 	if err != nil {
 		return nil, opts, err
 	}
-	delOpts, err := decodeDeleteOptions(w, r, h.store.Resource.GroupVersion)
+	// DeleteOptions travel in every built-in group version and in
+	// meta.k8s.io/v1, which a body that names none is taken to be for a
+	// custom resource, as kube-apiserver takes it.
+	gv := h.store.Resource.GroupVersion
+	if isCustom(h.store.Resource) {
+		gv = metav1.SchemeGroupVersion
+	}
+	delOpts, err := decodeDeleteOptions(w, r, gv)
 	if err != nil {
 		return nil, opts, err
 	}

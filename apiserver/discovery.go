@@ -166,7 +166,7 @@ func buildDiscovery(generation uint64, stores []*registry.Store, extra []*regist
 			list := &metav1.APIResourceList{GroupVersion: gv.String()}
 			versionDiscovery := apidiscoveryv2.APIVersionDiscovery{Version: v, Freshness: apidiscoveryv2.DiscoveryFreshnessCurrent}
 			for _, res := range byGV[gv] {
-				list.APIResources = append(list.APIResources, apiResource(res))
+				list.APIResources = append(list.APIResources, apiResources(res)...)
 				versionDiscovery.Resources = append(versionDiscovery.Resources, resourceDiscovery(res))
 			}
 			docs.groupVersions[gv] = list
@@ -191,9 +191,11 @@ func buildDiscovery(generation uint64, stores []*registry.Store, extra []*regist
 	return docs
 }
 
-// apiResource is a resource's entry in the legacy APIResourceList.
-func apiResource(res *registry.Resource) metav1.APIResource {
-	return metav1.APIResource{
+// apiResources are a resource's entries in the legacy APIResourceList:
+// the resource, then its subresources as kube lists them ("widgets/status",
+// "widgets/scale").
+func apiResources(res *registry.Resource) []metav1.APIResource {
+	out := []metav1.APIResource{{
 		Name:         res.Plural,
 		SingularName: res.Singular,
 		Namespaced:   res.Namespaced,
@@ -201,7 +203,51 @@ func apiResource(res *registry.Resource) metav1.APIResource {
 		Verbs:        res.Verbs(),
 		ShortNames:   res.ShortNames,
 		Categories:   res.Categories,
+	}}
+	for _, sub := range subresourcesOf(res) {
+		out = append(out, metav1.APIResource{
+			Name:       res.Plural + "/" + sub.Subresource,
+			Namespaced: res.Namespaced,
+			Group:      sub.group,
+			Version:    sub.version,
+			Kind:       sub.ResponseKind.Kind,
+			Verbs:      sub.Verbs,
+		})
 	}
+	return out
+}
+
+// subresourceDiscovery is a subresource's entry in aggregated discovery,
+// and the group and version the legacy entry names (those of its kind,
+// when not the resource's).
+type subresourceDiscovery struct {
+	apidiscoveryv2.APISubresourceDiscovery
+	group, version string
+}
+
+// subresourcesOf are the subresources res serves: status (a StatusStrategy)
+// and scale (an autoscaling/v1 Scale), each with get, patch and update.
+func subresourcesOf(res *registry.Resource) []subresourceDiscovery {
+	var out []subresourceDiscovery
+	verbs := []string{"get", "patch", "update"}
+	if res.StatusStrategy != nil {
+		out = append(out, subresourceDiscovery{APISubresourceDiscovery: apidiscoveryv2.APISubresourceDiscovery{
+			Subresource:  "status",
+			ResponseKind: &metav1.GroupVersionKind{Group: res.GroupVersion.Group, Version: res.GroupVersion.Version, Kind: res.Kind},
+			Verbs:        verbs,
+		}})
+	}
+	if _, ok := res.Scale(); ok {
+		out = append(out, subresourceDiscovery{
+			APISubresourceDiscovery: apidiscoveryv2.APISubresourceDiscovery{
+				Subresource:  "scale",
+				ResponseKind: &metav1.GroupVersionKind{Group: scaleGVK.Group, Version: scaleGVK.Version, Kind: scaleGVK.Kind},
+				Verbs:        verbs,
+			},
+			group: scaleGVK.Group, version: scaleGVK.Version,
+		})
+	}
+	return out
 }
 
 // resourceDiscovery is a resource's entry in aggregated discovery.
@@ -210,7 +256,7 @@ func resourceDiscovery(res *registry.Resource) apidiscoveryv2.APIResourceDiscove
 	if res.Namespaced {
 		scope = apidiscoveryv2.ScopeNamespace
 	}
-	return apidiscoveryv2.APIResourceDiscovery{
+	d := apidiscoveryv2.APIResourceDiscovery{
 		Resource:         res.Plural,
 		ResponseKind:     &metav1.GroupVersionKind{Group: res.GroupVersion.Group, Version: res.GroupVersion.Version, Kind: res.Kind},
 		Scope:            scope,
@@ -219,6 +265,10 @@ func resourceDiscovery(res *registry.Resource) apidiscoveryv2.APIResourceDiscove
 		ShortNames:       res.ShortNames,
 		Categories:       res.Categories,
 	}
+	for _, sub := range subresourcesOf(res) {
+		d.Subresources = append(d.Subresources, sub.APISubresourceDiscovery)
+	}
+	return d
 }
 
 // encodedDiscovery is an aggregated discovery document, encoded once.

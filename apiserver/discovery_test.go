@@ -59,7 +59,10 @@ func (r *responseTypes) get(path string) (string, bool) {
 
 // wantResources is what discovery must say of every declared resource,
 // by group version, and of the reviews (create only, as kube-apiserver's).
-func wantResources() map[string][]metav1.APIResource {
+// wantResources are the resources and subresources discovery lists;
+// client-go gives a subresource its resource's singular name from
+// aggregated discovery (aggregated), none from the legacy documents.
+func wantResources(aggregated bool) map[string][]metav1.APIResource {
 	want := map[string][]metav1.APIResource{
 		"authentication.k8s.io/v1": {{Name: "selfsubjectreviews", SingularName: "selfsubjectreview", Kind: "SelfSubjectReview", Verbs: metav1.Verbs{"create"}}},
 		"authorization.k8s.io/v1":  {{Name: "selfsubjectaccessreviews", SingularName: "selfsubjectaccessreview", Kind: "SelfSubjectAccessReview", Verbs: metav1.Verbs{"create"}}},
@@ -75,6 +78,13 @@ func wantResources() map[string][]metav1.APIResource {
 			ShortNames:   res.ShortNames,
 			Categories:   res.Categories,
 		})
+		if res.StatusStrategy != nil {
+			status := metav1.APIResource{Name: res.Plural + "/status", Namespaced: res.Namespaced, Kind: res.Kind, Verbs: metav1.Verbs{"get", "patch", "update"}}
+			if aggregated {
+				status.SingularName = res.Singular
+			}
+			want[gv] = append(want[gv], status)
+		}
 	}
 	return want
 }
@@ -128,7 +138,7 @@ func TestDiscoveryClientAggregated(t *testing.T) {
 	if diff := cmp.Diff([]string{"/v1", "apiextensions.k8s.io/v1", "authentication.k8s.io/v1", "authorization.k8s.io/v1", "coordination.k8s.io/v1", "events.k8s.io/v1"}, names); diff != "" {
 		t.Errorf("groups (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(wantResources(), gotResources(lists), sortResources, cmpopts.EquateEmpty()); diff != "" {
+	if diff := cmp.Diff(wantResources(true), gotResources(lists), sortResources, cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("resources (-want +got):\n%s", diff)
 	}
 
@@ -174,7 +184,7 @@ func TestDiscoveryClientLegacy(t *testing.T) {
 			t.Errorf("%s answered Content-Type %q; want application/json", path, ct)
 		}
 	}
-	if diff := cmp.Diff(wantResources(), gotResources(lists), sortResources, cmpopts.EquateEmpty()); diff != "" {
+	if diff := cmp.Diff(wantResources(false), gotResources(lists), sortResources, cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("resources (-want +got):\n%s", diff)
 	}
 

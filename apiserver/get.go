@@ -13,6 +13,12 @@ func (h *resourceHandler) get(w http.ResponseWriter, r *http.Request, namespace,
 		h.legacyWatch(w, r)
 		return
 	}
+	h.getObject(w, r, namespace, name)
+}
+
+// getObject answers a GET of an object with its ETag; If-None-Match is
+// 304.
+func (h *resourceHandler) getObject(w http.ResponseWriter, r *http.Request, namespace, name string) {
 	ifNoneMatch, conditional, err := headerTags(r, "If-None-Match")
 	if err != nil {
 		writeError(w, r, apierrors.NewBadRequest(err.Error()))

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +19,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/concord-dev/concord/apiserver"
+	"github.com/concord-dev/concord/crdcleanup"
+	"github.com/concord-dev/concord/crdserving"
+	"github.com/concord-dev/concord/crdstatus"
 	"github.com/concord-dev/concord/etcdstore"
 	"github.com/concord-dev/concord/etcdstore/etcdtest"
 	"github.com/concord-dev/concord/registry"
@@ -71,6 +75,10 @@ type serverOptions struct {
 	// storeOpts configure the stores (registry.WithoutReadCache for a
 	// test that injects faults into storage.Get).
 	storeOpts []registry.StoreOption
+	// crds runs what run.go runs beside the API for CRDs: crdserving (the
+	// catalog serves the established CRDs' custom resources), crdstatus
+	// (names and conditions) and crdcleanup (a deleted CRD's objects).
+	crds bool
 }
 
 // startServerWithOptions starts a server as run does: the etcd endpoint
@@ -109,8 +117,12 @@ func startServerWithOptions(t testing.TB, opts serverOptions) *testServer {
 		t.Fatalf("etcd endpoint monitor: %v", err)
 	}
 	t.Cleanup(monitor.Close)
-	stores := registry.NewStores(opts.wrap(store), opts.watch, opts.storeOpts...)
+	storage := opts.wrap(store)
+	stores := registry.NewStores(storage, opts.watch, opts.storeOpts...)
 	catalog := registry.NewCatalog(stores)
+	if opts.crds {
+		runCRDControllers(t, catalog, storage, opts)
+	}
 	handler := apiserver.New(apiserver.Config{
 		Catalog:            catalog,
 		Logger:             slog.New(slog.NewJSONHandler(opts.logOut, &slog.HandlerOptions{Level: slog.LevelDebug})),
@@ -136,6 +148,38 @@ func startServerWithOptions(t testing.TB, opts serverOptions) *testServer {
 		srv.Close()
 	})
 	return &testServer{URL: srv.URL, Etcd: e, Stores: stores, Catalog: catalog, Handler: handler}
+}
+
+// runCRDControllers runs crdserving, crdstatus and crdcleanup over the
+// catalog's CustomResourceDefinitions as run.go does, until the test ends.
+func runCRDControllers(t testing.TB, catalog *registry.Catalog, storage registry.Storage, opts serverOptions) {
+	t.Helper()
+	gv := registry.CustomResourceDefinitions.GroupVersion
+	crds, ok := catalog.Lookup(gv.Group, gv.Version, registry.CustomResourceDefinitions.Plural)
+	if !ok {
+		t.Fatal("the catalog serves no CustomResourceDefinitions")
+	}
+	newStore := func(storage registry.Storage, res *registry.Resource) *registry.Store {
+		return registry.NewStore(storage, res, opts.watch, opts.storeOpts...)
+	}
+	log := slog.New(slog.NewJSONHandler(opts.logOut, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, run := range []func(context.Context){
+		crdserving.New(crds, catalog, storage, newStore, log).Run,
+		crdstatus.New(crds, log).Run,
+		crdcleanup.New(crds, storage, newStore, log).Run,
+	} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			run(ctx)
+		}()
+	}
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+	})
 }
 
 // namespace creates namespaces, so objects can be created in them.

@@ -36,6 +36,10 @@ func (h *resourceHandler) collection(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
+	if err := h.checkAccept(r); err != nil {
+		writeError(w, r, err)
+		return
+	}
 	switch r.Method {
 	case http.MethodGet:
 		h.list(w, r, namespace)
@@ -60,6 +64,10 @@ func (h *resourceHandler) item(w http.ResponseWriter, r *http.Request) {
 	namespace, name := h.namespace, h.name
 	describeResource(r, h.store.Resource, r.Method, namespace, name)
 	if err := checkPathSegments(namespace, name); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if err := h.checkAccept(r); err != nil {
 		writeError(w, r, err)
 		return
 	}
@@ -89,7 +97,22 @@ func (h *resourceHandler) writeWritten(w http.ResponseWriter, r *http.Request, c
 			return
 		}
 	}
-	writeObject(w, r, code, obj)
+	h.writeObject(w, r, code, obj)
+}
+
+// writeObject encodes obj in the format the client accepts of those the
+// resource is served in (JSON and YAML only for a custom resource).
+func (h *resourceHandler) writeObject(w http.ResponseWriter, r *http.Request, code int, obj runtime.Object) {
+	writeObjectOf(w, r, h.store.Resource, code, obj)
+}
+
+// checkAccept refuses (406) before anything is done a request whose client
+// accepts no format the resource is served in.
+func (h *resourceHandler) checkAccept(r *http.Request) error {
+	if !isCustom(h.store.Resource) {
+		return nil
+	}
+	return checkCustomAccept(r)
 }
 
 // writeOptions reads a write's query options (dryRun, fieldManager,
@@ -148,6 +171,9 @@ func listOptions(r *http.Request) (*metainternalversion.ListOptions, error) {
 }
 
 func (h *resourceHandler) decode(w http.ResponseWriter, r *http.Request) (registry.Object, error) {
+	if isCustom(h.store.Resource) {
+		return decodeCustom(w, r, h.store.Resource, r.URL.Query().Get("fieldValidation"))
+	}
 	obj, err := decodeObject(w, r, h.store.Resource.GroupVersionKind(), r.URL.Query().Get("fieldValidation"))
 	if err != nil {
 		return nil, err

@@ -25,6 +25,22 @@ func writeObject(w http.ResponseWriter, r *http.Request, code int, obj runtime.O
 	encode(w, r, info, code, obj)
 }
 
+// writeObjectOf encodes obj, an answer about res, in the format the
+// client accepts of those res is served in: JSON and YAML only for a
+// custom resource (customResponseSerializer).
+func writeObjectOf(w http.ResponseWriter, r *http.Request, res *registry.Resource, code int, obj runtime.Object) {
+	if !isCustom(res) {
+		writeObject(w, r, code, obj)
+		return
+	}
+	info, err := customResponseSerializer(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	encode(w, r, info, code, obj)
+}
+
 func encode(w http.ResponseWriter, r *http.Request, info runtime.SerializerInfo, code int, obj runtime.Object) {
 	kinds, _, err := registry.Scheme.ObjectKinds(obj)
 	if err != nil {

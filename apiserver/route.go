@@ -12,6 +12,9 @@ import (
 type resourceRoute struct {
 	store           *registry.Store
 	namespace, name string
+	// subresource is what the path names of the object ("status",
+	// "scale"), if anything.
+	subresource string
 	// collection: the path names no object; watch: a /watch/ path.
 	collection, watch bool
 }
@@ -21,10 +24,14 @@ type resourceRoute struct {
 // the built-ins are. These are the paths kube-apiserver serves for a
 // resource R in a group version (/api/v1, /apis/<group>/<version>):
 //
-//	namespaced R:      /namespaces/{namespace}/R[/{name}], /R (all namespaces),
+//	namespaced R:      /namespaces/{namespace}/R[/{name}[/{subresource}]], /R (all namespaces),
 //	                   /watch/namespaces/{namespace}/R[/{name}], /watch/R
-//	cluster-scoped R:  /R[/{name}], /watch/R[/{name}]
+//	cluster-scoped R:  /R[/{name}[/{subresource}]], /watch/R[/{name}]
 //
+// A subresource path is routed when the resource has the subresource
+// (routesSubresource); a custom resource's is routed whatever it names, and
+// its handler answers those it does not have 404 and a watch of one 405,
+// as kube-apiserver's custom resource handler does.
 // Every segment must be non-empty. Anything else, and a resource the
 // catalog does not serve in that group version, is not a resource path: ok
 // is false and the other routes (discovery, reviews, 404) get it.
@@ -61,29 +68,44 @@ func routeResource(c *registry.Catalog, path string) (_ resourceRoute, ok bool) 
 	}
 	// /namespaces/{namespace}/R[/{name}], when R is namespaced; otherwise
 	// /namespaces is the Namespace resource itself.
-	if len(rest) == 3 || len(rest) == 4 {
-		if s, ok := c.Lookup(group, version, rest[2]); ok && rest[0] == "namespaces" && s.Resource.Namespaced {
+	if len(rest) >= 3 && len(rest) <= 5 && rest[0] == "namespaces" {
+		if s, ok := c.Lookup(group, version, rest[2]); ok && s.Resource.Namespaced {
 			route.store, route.namespace = s, rest[1]
-			if len(rest) == 4 {
+			if len(rest) >= 4 {
 				route.name = rest[3]
 			}
+			if len(rest) == 5 {
+				route.subresource = rest[4]
+			}
 			route.collection = route.name == ""
+			if route.subresource != "" && !routesSubresource(s.Resource, route.subresource, route.watch) {
+				return resourceRoute{}, false
+			}
 			return route, true
 		}
-		return resourceRoute{}, false
+		if len(rest) != 3 {
+			return resourceRoute{}, false
+		}
+		// /namespaces/{name}/{subresource}: the Namespace resource's.
 	}
-	if len(rest) != 1 && len(rest) != 2 {
+	if len(rest) == 0 || len(rest) > 3 {
 		return resourceRoute{}, false
 	}
 	s, ok := c.Lookup(group, version, rest[0])
-	if !ok || (s.Resource.Namespaced && len(rest) == 2) {
+	if !ok || (s.Resource.Namespaced && len(rest) >= 2) {
 		return resourceRoute{}, false
 	}
 	route.store = s
-	if len(rest) == 2 {
+	if len(rest) >= 2 {
 		route.name = rest[1]
 	}
+	if len(rest) == 3 {
+		route.subresource = rest[2]
+	}
 	route.collection = route.name == ""
+	if route.subresource != "" && !routesSubresource(s.Resource, route.subresource, route.watch) {
+		return resourceRoute{}, false
+	}
 	return route, true
 }
 
@@ -98,6 +120,8 @@ func withResourceRoutes(next http.Handler, c *registry.Catalog, m *metrics) http
 		}
 		h := &resourceHandler{store: route.store, metrics: m, namespace: route.namespace, name: route.name}
 		switch {
+		case route.subresource != "":
+			h.subresource(w, r, route.subresource, route.watch)
 		case route.watch:
 			h.legacyWatch(w, r)
 		case route.collection:

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/duration"
 
@@ -52,7 +53,7 @@ var (
 // resource's columns when the client asks for one, else as it is.
 func writeResource(w http.ResponseWriter, r *http.Request, res *registry.Resource, obj runtime.Object) {
 	if !wantsTable(r) {
-		writeObject(w, r, http.StatusOK, obj)
+		writeObjectOf(w, r, res, http.StatusOK, obj)
 		return
 	}
 	table, err := toTable(res, obj, r.URL.Query().Get("includeObject"))
@@ -107,13 +108,38 @@ func toTable(res *registry.Resource, obj runtime.Object, includeObject string) (
 		case metav1.IncludeObject:
 			row.Object = runtime.RawExtension{Object: o}
 		default:
-			m := &metav1.PartialObjectMetadata{ObjectMeta: *o.(metav1.ObjectMetaAccessor).GetObjectMeta().(*metav1.ObjectMeta)}
+			objectMeta, err := objectMetaOf(o)
+			if err != nil {
+				return nil, err
+			}
+			m := &metav1.PartialObjectMetadata{ObjectMeta: *objectMeta}
 			m.Kind, m.APIVersion = "PartialObjectMetadata", metav1.SchemeGroupVersion.String()
 			row.Object = runtime.RawExtension{Object: m}
 		}
 		table.Rows = append(table.Rows, row)
 	}
 	return table, nil
+}
+
+// objectMetaOf is o's ObjectMeta: its own for a typed object, its metadata
+// read into one for an unstructured (custom) object.
+func objectMetaOf(o registry.Object) (*metav1.ObjectMeta, error) {
+	if a, ok := o.(metav1.ObjectMetaAccessor); ok {
+		if m, ok := a.GetObjectMeta().(*metav1.ObjectMeta); ok {
+			return m, nil
+		}
+	}
+	u, ok := o.(*unstructured.Unstructured)
+	if !ok {
+		return nil, fmt.Errorf("table: %T has no ObjectMeta", o)
+	}
+	m := &metav1.ObjectMeta{}
+	if raw, ok := u.Object["metadata"].(map[string]any); ok {
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, m); err != nil {
+			return nil, fmt.Errorf("table: the metadata of %s: %w", u.GetName(), err)
+		}
+	}
+	return m, nil
 }
 
 // age prints like kubectl: 5s, 3m, 2d.

@@ -42,7 +42,27 @@ func isWatch(r *http.Request) bool {
 		return true
 	}
 	values, ok := r.URL.Query()["watch"]
-	return ok && len(values) > 0 && values[0] != "0" && !strings.EqualFold(values[0], "false")
+	return ok && len(values) > 0 && values[0] != "0" && !strings.EqualFold(values[0], "false") && !isSubresourcePath(r.URL.Path)
+}
+
+// isSubresourcePath reports whether path names a subresource of an object
+// (.../namespaces/{namespace}/{resource}/{name}/{subresource},
+// .../{resource}/{name}/{subresource}): ?watch on one is ignored, as
+// kube-apiserver does (GET .../status?watch=1 reads the object).
+func isSubresourcePath(path string) bool {
+	parts := splitPath(path)
+	switch {
+	case len(parts) > 2 && parts[0] == "api":
+		parts = parts[2:]
+	case len(parts) > 3 && parts[0] == "apis":
+		parts = parts[3:]
+	default:
+		return false
+	}
+	if len(parts) == 0 || parts[0] == "watch" {
+		return false
+	}
+	return (len(parts) == 5 && parts[0] == "namespaces") || (len(parts) == 3 && parts[0] != "namespaces")
 }
 
 // serveWatch streams the changes of namespace (all when empty), or of the
@@ -59,6 +79,9 @@ func (h *resourceHandler) serveWatch(w http.ResponseWriter, r *http.Request, nam
 		}
 	}
 	info, err := responseSerializer(r)
+	if isCustom(h.store.Resource) {
+		info, err = customResponseSerializer(r)
+	}
 	if err != nil {
 		writeError(w, r, err)
 		return
