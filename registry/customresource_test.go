@@ -583,7 +583,9 @@ func TestCustomResourceConflicts(t *testing.T) {
 	errs := make([]error, writers)
 	var wg sync.WaitGroup
 	for i := range writers {
-		obj := widget(t, widgetJSON("a", fmt.Sprintf(`{"replicas":%d}`, i)))
+		// 3..10: each differs from the stored 2 (an unchanged object would
+		// be a write of nothing, and win) and passes the CEL rules.
+		obj := widget(t, widgetJSON("a", fmt.Sprintf(`{"replicas":%d}`, i+3)))
 		obj.SetResourceVersion(current.GetResourceVersion())
 		wg.Go(func() { _, _, errs[i] = f.v1.Update(ctx, "ns", "a", obj, WriteOptions{}) })
 	}
