@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"mime"
 	"net/http"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -199,40 +198,11 @@ func addWarning(w http.ResponseWriter, text string) {
 // accepts protobuf and JSON gets JSON, one that accepts only protobuf 406
 // with kube's message.
 func customResponseSerializer(r *http.Request) (runtime.SerializerInfo, error) {
-	accept := r.Header.Get("Accept")
-	if strings.TrimSpace(accept) == "" {
-		accept = "*/*"
-	}
-	type candidate struct {
-		mediaType string
-		q         float64
-	}
-	var candidates []candidate
-	for _, part := range strings.Split(accept, ",") {
-		mediaType, params, err := mime.ParseMediaType(strings.TrimSpace(part))
-		if err != nil || params["as"] != "" {
+	for _, mediaType := range acceptedMediaTypes(r) {
+		if mediaType != runtime.ContentTypeJSON && mediaType != runtime.ContentTypeYAML {
 			continue
 		}
-		q := 1.0
-		if v, ok := params["q"]; ok {
-			if q, err = strconv.ParseFloat(v, 64); err != nil {
-				continue
-			}
-		}
-		if q > 0 {
-			candidates = append(candidates, candidate{mediaType, q})
-		}
-	}
-	sort.SliceStable(candidates, func(i, j int) bool { return candidates[i].q > candidates[j].q })
-	for _, c := range candidates {
-		switch c.mediaType {
-		case "*/*", "application/*":
-			c.mediaType = runtime.ContentTypeJSON
-		}
-		if c.mediaType != runtime.ContentTypeJSON && c.mediaType != runtime.ContentTypeYAML {
-			continue
-		}
-		if info, ok := serializerFor(c.mediaType); ok {
+		if info, ok := serializerFor(mediaType); ok {
 			return info, nil
 		}
 	}

@@ -220,6 +220,20 @@ func decodeDeleteOptions(w http.ResponseWriter, r *http.Request, gv schema.Group
 // parameters Concord does not serve yet (as=Table) are skipped, so kubectl's
 // "Table, else JSON" lands on JSON; nothing acceptable is 406.
 func responseSerializer(r *http.Request) (runtime.SerializerInfo, error) {
+	for _, mediaType := range acceptedMediaTypes(r) {
+		if info, ok := serializerFor(mediaType); ok {
+			return info, nil
+		}
+	}
+	return runtime.SerializerInfo{}, apierrors.NewGenericServerResponse(http.StatusNotAcceptable, "", schema.GroupResource{}, "",
+		fmt.Sprintf("only the following media types are accepted: %s", strings.Join(mediaTypes, ", ")), 0, false)
+}
+
+// acceptedMediaTypes are the media types of the request's Accept header, the
+// most preferred first (q, then order); */* and application/* read as JSON.
+// Ranges with parameters served elsewhere (as=Table: wantsTable) and q=0
+// are left out.
+func acceptedMediaTypes(r *http.Request) []string {
 	accept := r.Header.Get("Accept")
 	if strings.TrimSpace(accept) == "" {
 		accept = "*/*"
@@ -245,15 +259,13 @@ func responseSerializer(r *http.Request) (runtime.SerializerInfo, error) {
 		}
 	}
 	sort.SliceStable(candidates, func(i, j int) bool { return candidates[i].q > candidates[j].q })
-	for _, c := range candidates {
+	out := make([]string, len(candidates))
+	for i, c := range candidates {
 		switch c.mediaType {
 		case "*/*", "application/*":
 			c.mediaType = runtime.ContentTypeJSON
 		}
-		if info, ok := serializerFor(c.mediaType); ok {
-			return info, nil
-		}
+		out[i] = c.mediaType
 	}
-	return runtime.SerializerInfo{}, apierrors.NewGenericServerResponse(http.StatusNotAcceptable, "", schema.GroupResource{}, "",
-		fmt.Sprintf("only the following media types are accepted: %s", strings.Join(mediaTypes, ", ")), 0, false)
+	return out
 }
