@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"context"
 	"mime"
 	"net/http"
 	"slices"
@@ -19,6 +20,15 @@ var patchTypes = []types.PatchType{types.JSONPatchType, types.MergePatchType, ty
 
 // patch answers a PATCH of an object: JSON, merge or strategic merge.
 func (h *resourceHandler) patch(w http.ResponseWriter, r *http.Request, namespace, name string) {
+	h.servePatch(w, r, func(ctx context.Context, pt types.PatchType, body []byte, conds registry.WriteOptions) (registry.Object, error) {
+		return h.store.Patch(ctx, namespace, name, pt, body, conds)
+	})
+}
+
+// servePatch reads a PATCH — its format, options and body — has apply
+// apply it, and answers the result with fieldValidation=Warn's warnings:
+// the PATCH of an object and of its status.
+func (h *resourceHandler) servePatch(w http.ResponseWriter, r *http.Request, apply func(ctx context.Context, pt types.PatchType, body []byte, conds registry.WriteOptions) (registry.Object, error)) {
 	pt, err := patchType(r)
 	if err != nil {
 		writeError(w, r, err)
@@ -35,7 +45,7 @@ func (h *resourceHandler) patch(w http.ResponseWriter, r *http.Request, namespac
 		return
 	}
 	warnings := collectWarnings(&conds, r)
-	patched, err := h.store.Patch(r.Context(), namespace, name, pt, body, conds)
+	patched, err := apply(r.Context(), pt, body, conds)
 	if err != nil {
 		writeError(w, r, err)
 		return

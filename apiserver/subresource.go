@@ -1,9 +1,11 @@
 package apiserver
 
 import (
+	"context"
 	"net/http"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/concord-dev/concord/registry"
 )
@@ -81,7 +83,6 @@ func subresourceVerb(method string) string {
 // PATCH patches it (Store.PatchStatus).
 func (h *resourceHandler) status(w http.ResponseWriter, r *http.Request) {
 	namespace, name := h.namespace, h.name
-	ctx := r.Context()
 	switch r.Method {
 	case http.MethodGet:
 		h.getObject(w, r, namespace, name)
@@ -96,7 +97,7 @@ func (h *resourceHandler) status(w http.ResponseWriter, r *http.Request) {
 			writeError(w, r, err)
 			return
 		}
-		updated, err := h.store.UpdateStatus(ctx, namespace, name, obj, conds)
+		updated, err := h.store.UpdateStatus(r.Context(), namespace, name, obj, conds)
 		if err != nil {
 			writeError(w, r, err)
 			return
@@ -104,29 +105,8 @@ func (h *resourceHandler) status(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("ETag", etag(updated.GetResourceVersion()))
 		h.writeWritten(w, r, http.StatusOK, updated, conds.DryRun)
 	case http.MethodPatch:
-		pt, err := patchType(r)
-		if err != nil {
-			writeError(w, r, err)
-			return
-		}
-		conds, err := writeOptions(r, "PatchOptions")
-		if err != nil {
-			writeError(w, r, err)
-			return
-		}
-		body, err := readBody(w, r)
-		if err != nil {
-			writeError(w, r, err)
-			return
-		}
-		warnings := collectWarnings(&conds, r)
-		patched, err := h.store.PatchStatus(ctx, namespace, name, pt, body, conds)
-		if err != nil {
-			writeError(w, r, err)
-			return
-		}
-		warnings(w)
-		w.Header().Set("ETag", etag(patched.GetResourceVersion()))
-		h.writeWritten(w, r, http.StatusOK, patched, conds.DryRun)
+		h.servePatch(w, r, func(ctx context.Context, pt types.PatchType, body []byte, conds registry.WriteOptions) (registry.Object, error) {
+			return h.store.PatchStatus(ctx, namespace, name, pt, body, conds)
+		})
 	}
 }
