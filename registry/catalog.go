@@ -137,12 +137,7 @@ func (c *Catalog) Add(stores ...*Store) error {
 		c.mu.Unlock()
 		return fmt.Errorf("registry: catalog add: %w", err)
 	}
-	for _, s := range stores {
-		c.wire(s)
-		for _, prepare := range c.onAdd {
-			prepare(s)
-		}
-	}
+	c.prepareLocked(stores)
 	next.generation = current.generation + 1
 	c.state.Store(next)
 	c.mu.Unlock()
@@ -210,12 +205,7 @@ func (c *Catalog) Replace(gr schema.GroupResource, stores ...*Store) error {
 		c.mu.Unlock()
 		return fmt.Errorf("registry: catalog replace: %w", err)
 	}
-	for _, s := range stores {
-		c.wire(s)
-		for _, prepare := range c.onAdd {
-			prepare(s)
-		}
-	}
+	c.prepareLocked(stores)
 	next.generation = current.generation + 1
 	c.state.Store(next)
 	c.mu.Unlock()
@@ -308,4 +298,15 @@ func (st *catalogState) with(stores []*Store) (*catalogState, error) {
 		next.byGVR[gvr] = s
 	}
 	return next, nil
+}
+
+// prepareLocked readies stores to serve: wired to the catalog, then the
+// OnAdd hooks. Called with c.mu held.
+func (c *Catalog) prepareLocked(stores []*Store) {
+	for _, s := range stores {
+		c.wire(s)
+		for _, prepare := range c.onAdd {
+			prepare(s)
+		}
+	}
 }
