@@ -205,18 +205,9 @@ func (crdStrategy) Validate(obj Object) field.ErrorList {
 // immutable once Established — with Concord's refusal of conversion
 // webhooks. The store's own ObjectMeta causes are not repeated.
 func (crdStrategy) ValidateUpdate(obj, old Object) field.ErrorList {
-	crd, oldCRD := obj.(*apiextensionsv1.CustomResourceDefinition), old.(*apiextensionsv1.CustomResourceDefinition)
-	internal, err := crdInternal(crd)
-	if err != nil {
-		return field.ErrorList{field.InternalError(field.NewPath(""), err)}
-	}
-	oldInternal, err := crdInternal(oldCRD)
-	if err != nil {
-		return field.ErrorList{field.InternalError(field.NewPath(""), err)}
-	}
-	errs := apiextensionsvalidation.ValidateCustomResourceDefinitionUpdate(context.Background(), internal, oldInternal)
-	errs = append(errs, validateCRDConversion(crd)...)
-	return exceptListed(errs, storeUpdateMetadataErrors(crd, oldCRD))
+	return validateCRDUpdate(obj, old, func(crd, old *apiextensions.CustomResourceDefinition) field.ErrorList {
+		return apiextensionsvalidation.ValidateCustomResourceDefinitionUpdate(context.Background(), crd, old)
+	})
 }
 
 // validateCRDConversion refuses spec.conversion.strategy Webhook, which
@@ -286,17 +277,9 @@ func (crdStatusStrategy) PrepareForUpdate(obj, old Object) {
 // the accepted names are valid names. The store's own ObjectMeta causes
 // are not repeated.
 func (crdStatusStrategy) ValidateUpdate(obj, old Object) field.ErrorList {
-	crd, oldCRD := obj.(*apiextensionsv1.CustomResourceDefinition), old.(*apiextensionsv1.CustomResourceDefinition)
-	internal, err := crdInternal(crd)
-	if err != nil {
-		return field.ErrorList{field.InternalError(field.NewPath(""), err)}
-	}
-	oldInternal, err := crdInternal(oldCRD)
-	if err != nil {
-		return field.ErrorList{field.InternalError(field.NewPath(""), err)}
-	}
-	errs := apiextensionsvalidation.ValidateUpdateCustomResourceDefinitionStatus(context.Background(), internal, oldInternal)
-	return exceptListed(errs, storeUpdateMetadataErrors(crd, oldCRD))
+	return validateCRDUpdate(obj, old, func(crd, old *apiextensions.CustomResourceDefinition) field.ErrorList {
+		return apiextensionsvalidation.ValidateUpdateCustomResourceDefinitionStatus(context.Background(), crd, old)
+	})
 }
 
 // CustomResourceCleanupFinalizer holds a deleted CRD until its custom
@@ -339,4 +322,22 @@ func SetCRDCondition(crd *apiextensionsv1.CustomResourceDefinition, c apiextensi
 	}
 	c.LastTransitionTime = metav1.NewTime(now.Truncate(time.Second))
 	crd.Status.Conditions = append(crd.Status.Conditions, c)
+}
+
+// validateCRDUpdate runs one of kube's CRD update validations on the
+// internal forms of obj and old, and Concord's refusal of conversion
+// webhooks, leaving out the ObjectMeta causes the store reports itself.
+func validateCRDUpdate(obj, old Object, validate func(crd, old *apiextensions.CustomResourceDefinition) field.ErrorList) field.ErrorList {
+	crd, oldCRD := obj.(*apiextensionsv1.CustomResourceDefinition), old.(*apiextensionsv1.CustomResourceDefinition)
+	internal, err := crdInternal(crd)
+	if err != nil {
+		return field.ErrorList{field.InternalError(field.NewPath(""), err)}
+	}
+	oldInternal, err := crdInternal(oldCRD)
+	if err != nil {
+		return field.ErrorList{field.InternalError(field.NewPath(""), err)}
+	}
+	errs := validate(internal, oldInternal)
+	errs = append(errs, validateCRDConversion(crd)...)
+	return exceptListed(errs, storeUpdateMetadataErrors(crd, oldCRD))
 }
