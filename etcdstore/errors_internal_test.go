@@ -74,6 +74,8 @@ func TestWriteErrorOutcome(t *testing.T) {
 		{"too many requests", rpctypes.ErrTooManyRequests, false, nil},
 		{"request too large", rpctypes.ErrRequestTooLarge, false, nil},
 		{"no space", rpctypes.ErrNoSpace, false, nil},
+		{"lease not found", rpctypes.ErrLeaseNotFound, false, nil},
+		{"lease not found (gRPC form)", rpctypes.ErrGRPCLeaseNotFound, false, nil},
 		{"permission denied", rpctypes.ErrPermissionDenied, false, nil},
 		{"invalid argument", status.Error(codes.InvalidArgument, "etcdserver: duplicate key given in txn request"), false, nil},
 	}

@@ -34,7 +34,8 @@ func refusedBeforeApply(err error) bool {
 		rpctypes.ErrNotCapable,      // refused by the member's capability check
 		rpctypes.ErrTooManyRequests, // refused before the proposal: the applied index lags too far
 		rpctypes.ErrRequestTooLarge,
-		rpctypes.ErrNoSpace, // the space alarm refuses every write
+		rpctypes.ErrNoSpace,       // the space alarm refuses every write
+		rpctypes.ErrLeaseNotFound, // the whole request is refused
 	} {
 		// The gRPC form carries the same description.
 		if errors.Is(err, refused) || rpctypes.ErrorDesc(err) == refused.Error() {
