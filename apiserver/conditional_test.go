@@ -292,7 +292,7 @@ type barrierStorage struct {
 	all     chan struct{}
 }
 
-func (b *barrierStorage) Update(ctx context.Context, ref etcdstore.Ref, value []byte, revision int64) (int64, error) {
+func (b *barrierStorage) Update(ctx context.Context, ref etcdstore.Ref, value []byte, revision int64, guards ...etcdstore.Guard) (int64, error) {
 	b.mu.Lock()
 	b.arrived++
 	held := b.arrived <= b.n
@@ -306,7 +306,7 @@ func (b *barrierStorage) Update(ctx context.Context, ref etcdstore.Ref, value []
 		case <-time.After(20 * time.Second):
 		}
 	}
-	return b.Store.Update(ctx, ref, value, revision)
+	return b.Store.Update(ctx, ref, value, revision, guards...)
 }
 
 // TestIfMatchRaceIsDecidedByEtcd: eight PUTs carry the same If-Match and

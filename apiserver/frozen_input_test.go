@@ -45,18 +45,18 @@ func (s *frozenStorage) Create(ctx context.Context, ref etcdstore.Ref, value []b
 	return s.Store.Create(ctx, ref, value, guards...)
 }
 
-func (s *frozenStorage) Update(ctx context.Context, ref etcdstore.Ref, value []byte, revision int64) (int64, error) {
+func (s *frozenStorage) Update(ctx context.Context, ref etcdstore.Ref, value []byte, revision int64, guards ...etcdstore.Guard) (int64, error) {
 	if err := s.wait(ctx); err != nil {
 		return 0, err
 	}
-	return s.Store.Update(ctx, ref, value, revision)
+	return s.Store.Update(ctx, ref, value, revision, guards...)
 }
 
-func (s *frozenStorage) Delete(ctx context.Context, ref etcdstore.Ref, revision int64) (int64, error) {
+func (s *frozenStorage) Delete(ctx context.Context, ref etcdstore.Ref, revision int64, guards ...etcdstore.Guard) (int64, error) {
 	if err := s.wait(ctx); err != nil {
 		return 0, err
 	}
-	return s.Store.Delete(ctx, ref, revision)
+	return s.Store.Delete(ctx, ref, revision, guards...)
 }
 
 func (s *frozenStorage) CurrentRevision(ctx context.Context) (int64, error) {

@@ -41,13 +41,13 @@ func (s *committedThenLostStorage) Create(ctx context.Context, ref etcdstore.Ref
 	return rev, s.lost("create", ref, err)
 }
 
-func (s *committedThenLostStorage) Update(ctx context.Context, ref etcdstore.Ref, value []byte, revision int64) (int64, error) {
-	rev, err := s.Store.Update(ctx, ref, value, revision)
+func (s *committedThenLostStorage) Update(ctx context.Context, ref etcdstore.Ref, value []byte, revision int64, guards ...etcdstore.Guard) (int64, error) {
+	rev, err := s.Store.Update(ctx, ref, value, revision, guards...)
 	return rev, s.lost("update", ref, err)
 }
 
-func (s *committedThenLostStorage) Delete(ctx context.Context, ref etcdstore.Ref, revision int64) (int64, error) {
-	rev, err := s.Store.Delete(ctx, ref, revision)
+func (s *committedThenLostStorage) Delete(ctx context.Context, ref etcdstore.Ref, revision int64, guards ...etcdstore.Guard) (int64, error) {
+	rev, err := s.Store.Delete(ctx, ref, revision, guards...)
 	return rev, s.lost("delete", ref, err)
 }
 

@@ -90,7 +90,7 @@ type interferingStorage struct {
 	once sync.Once
 }
 
-func (s *interferingStorage) Update(ctx context.Context, ref etcdstore.Ref, value []byte, revision int64) (int64, error) {
+func (s *interferingStorage) Update(ctx context.Context, ref etcdstore.Ref, value []byte, revision int64, guards ...etcdstore.Guard) (int64, error) {
 	var err error
 	s.once.Do(func() {
 		competing := []byte(`{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"flags","namespace":"default","uid":"u1","creationTimestamp":"2026-01-01T00:00:00Z"},"data":{"other":"writer"}}`)
@@ -99,7 +99,7 @@ func (s *interferingStorage) Update(ctx context.Context, ref etcdstore.Ref, valu
 	if err != nil {
 		return 0, err
 	}
-	return s.Store.Update(ctx, ref, value, revision)
+	return s.Store.Update(ctx, ref, value, revision, guards...)
 }
 
 // TestPatchIsReappliedAfterACompetingWrite: a patch without a

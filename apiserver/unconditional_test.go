@@ -294,7 +294,7 @@ type racingStorage struct {
 	updates []error // the outcome of each of the server's updates
 }
 
-func (s *racingStorage) Update(ctx context.Context, ref etcdstore.Ref, value []byte, revision int64) (int64, error) {
+func (s *racingStorage) Update(ctx context.Context, ref etcdstore.Ref, value []byte, revision int64, guards ...etcdstore.Guard) (int64, error) {
 	var err error
 	s.once.Do(func() {
 		var cur etcdstore.Object
@@ -315,7 +315,7 @@ func (s *racingStorage) Update(ctx context.Context, ref etcdstore.Ref, value []b
 	if err != nil {
 		return 0, err
 	}
-	rev, err := s.Store.Update(ctx, ref, value, revision)
+	rev, err := s.Store.Update(ctx, ref, value, revision, guards...)
 	s.mu.Lock()
 	s.updates = append(s.updates, err)
 	s.mu.Unlock()

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -61,13 +62,30 @@ type Server struct {
 
 // served is what one CRD makes the catalog serve.
 type served struct {
-	gr schema.GroupResource
-	// revision is the CRD's latest resourceVersion this replica applied;
-	// generation and names what its stores were built from (a change of
-	// status alone, such as its conditions, does not rebuild them).
-	revision   int64
+	gr   schema.GroupResource
+	view *view
+}
+
+// view is what the stores of one CRD were built from — its generation and
+// accepted names (a change of status alone, such as its conditions, does
+// not rebuild them) — and the CRD's latest revision this replica applied
+// while they stand: the revision every write through them is guarded by.
+type view struct {
+	// ref is the CRD's key, gr its resource.
+	ref        etcdstore.Ref
+	gr         schema.GroupResource
 	generation int64
 	names      apiextensionsv1.CustomResourceDefinitionNames
+	revision   atomic.Int64
+	// deleting: the CRD is marked for deletion (creates are refused).
+	deleting atomic.Bool
+	// replaced: the CRD changed and new stores replaced these.
+	replaced atomic.Bool
+}
+
+func (v *view) update(crd *apiextensionsv1.CustomResourceDefinition) {
+	v.deleting.Store(crd.DeletionTimestamp != nil)
+	v.revision.Store(revisionOf(crd.ResourceVersion))
 }
 
 // NewStore makes the store of one custom resource version over storage, as
@@ -173,13 +191,13 @@ func (s *Server) apply(crd *apiextensionsv1.CustomResourceDefinition) {
 	s.mu.Lock()
 	old, had := s.served[crd.Name]
 	s.mu.Unlock()
-	if had && Serves(crd) && old.generation == crd.Generation && equalNames(old.names, crd.Status.AcceptedNames) {
-		old.revision = rev
-		s.mu.Lock()
-		s.served[crd.Name] = old
-		s.mu.Unlock()
+	if had && Serves(crd) && old.view.generation == crd.Generation && equalNames(old.view.names, crd.Status.AcceptedNames) {
+		old.view.update(crd)
 		s.advanceTo(rev)
 		return
+	}
+	if had {
+		old.view.replaced.Store(true)
 	}
 	gr := schema.GroupResource{Group: crd.Spec.Group, Resource: crd.Status.AcceptedNames.Plural}
 	s.finishRemoval(gr)
@@ -191,6 +209,8 @@ func (s *Server) apply(crd *apiextensionsv1.CustomResourceDefinition) {
 		s.forget(crd.Name, rev)
 		return
 	}
+	view := &view{ref: s.crds.Ref("", crd.Name), gr: gr, generation: crd.Generation, names: crd.Status.AcceptedNames}
+	view.update(crd)
 	var stores []*registry.Store
 	for _, v := range crd.Spec.Versions {
 		if !v.Served {
@@ -202,8 +222,7 @@ func (s *Server) apply(crd *apiextensionsv1.CustomResourceDefinition) {
 			s.forget(crd.Name, rev)
 			return
 		}
-		guarded := &guardedStorage{Storage: s.storage, check: s.guard(crd.Name, crd.Generation, crd.Status.AcceptedNames)}
-		stores = append(stores, s.newStore(guarded, res))
+		stores = append(stores, s.newStore(&guardedStorage{Storage: s.storage, server: s, name: crd.Name, view: view}, res))
 	}
 	// A changed CRD's stores are replaced in one change of the catalog, so
 	// that no request in between finds its resource unserved.
@@ -220,7 +239,7 @@ func (s *Server) apply(crd *apiextensionsv1.CustomResourceDefinition) {
 		return
 	}
 	s.mu.Lock()
-	s.served[crd.Name] = served{gr: gr, revision: rev, generation: crd.Generation, names: crd.Status.AcceptedNames}
+	s.served[crd.Name] = served{gr: gr, view: view}
 	s.mu.Unlock()
 	s.log.Info("serving custom resource", "crd", crd.Name, "resource", gr.String(), "resourceVersion", crd.ResourceVersion)
 	s.advanceTo(rev)
@@ -285,6 +304,9 @@ func (s *Server) removeAllBut(keep map[string]bool) {
 
 func (s *Server) forget(name string, rev int64) {
 	s.mu.Lock()
+	if old, had := s.served[name]; had {
+		old.view.replaced.Store(true)
+	}
 	delete(s.served, name)
 	s.mu.Unlock()
 	s.advanceTo(rev)
@@ -321,69 +343,109 @@ func (s *Server) waitApplied(ctx context.Context, rev int64) error {
 	}
 }
 
-// guardedStorage checks, before each write it sends to etcd, that the
-// write was decided with the CRD etcd holds (check).
+// guardedStorage sends every write with a guard on the CRD's key at the
+// revision of this replica's view: etcd applies it only if the CRD is still
+// what the write was checked against, so no write decided with a schema this
+// replica has not caught up with can land — at no cost of a further request.
+// A write whose guard fails was not applied; it is checked again (catchUp).
 type guardedStorage struct {
 	registry.Storage
-	check func(ctx context.Context, create bool) error
+	server *Server
+	name   string
+	view   *view
 }
+
+// guardAttempts bounds how often one write is sent again after its guard
+// failed on a change of the CRD's status alone.
+const guardAttempts = 3
 
 func (g *guardedStorage) Create(ctx context.Context, ref etcdstore.Ref, value []byte, guards ...etcdstore.Guard) (int64, error) {
-	if err := g.check(ctx, true); err != nil {
-		return 0, err
-	}
-	return g.Storage.Create(ctx, ref, value, guards...)
+	return g.write(ctx, true, func(guard etcdstore.Guard) (int64, error) {
+		return g.Storage.Create(ctx, ref, value, append(slices.Clip(guards), guard)...)
+	})
 }
 
-func (g *guardedStorage) Update(ctx context.Context, ref etcdstore.Ref, value []byte, revision int64) (int64, error) {
-	if err := g.check(ctx, false); err != nil {
-		return 0, err
-	}
-	return g.Storage.Update(ctx, ref, value, revision)
+func (g *guardedStorage) Update(ctx context.Context, ref etcdstore.Ref, value []byte, revision int64, guards ...etcdstore.Guard) (int64, error) {
+	return g.write(ctx, false, func(guard etcdstore.Guard) (int64, error) {
+		return g.Storage.Update(ctx, ref, value, revision, append(slices.Clip(guards), guard)...)
+	})
 }
 
-func (g *guardedStorage) Delete(ctx context.Context, ref etcdstore.Ref, revision int64) (int64, error) {
-	if err := g.check(ctx, false); err != nil {
-		return 0, err
-	}
-	return g.Storage.Delete(ctx, ref, revision)
+func (g *guardedStorage) Delete(ctx context.Context, ref etcdstore.Ref, revision int64, guards ...etcdstore.Guard) (int64, error) {
+	return g.write(ctx, false, func(guard etcdstore.Guard) (int64, error) {
+		return g.Storage.Delete(ctx, ref, revision, append(slices.Clip(guards), guard)...)
+	})
 }
 
-// guard is the check of the stores built from CRD name at generation with
-// names: read the CRD linearizably; if its spec or accepted names are no
-// longer what the store was built from, this replica has not applied the
-// change yet (or is applying it): wait up to catchUpWait for that, and
-// refuse the write either way (503 with Retry-After: nothing was sent, and
-// the client's retry meets the new schema). A CRD that is gone refuses it
-// as not found; one being deleted refuses creates (403, kube's message).
-func (s *Server) guard(name string, generation int64, names apiextensionsv1.CustomResourceDefinitionNames) func(ctx context.Context, create bool) error {
-	return func(ctx context.Context, create bool) error {
-		obj, err := s.crds.Get(ctx, "", name)
-		if apierrors.IsNotFound(err) {
-			return apierrors.NewNotFound(schema.GroupResource{Group: apiextensionsv1.GroupName, Resource: "customresourcedefinitions"}, name)
+// write sends a write (create tells which) guarded by the view's revision.
+// When the guard fails, the CRD changed after this replica's view: if only
+// its status changed, the write is sent again under the view this replica
+// then has; otherwise it is refused as catchUp says.
+func (g *guardedStorage) write(ctx context.Context, create bool, send func(etcdstore.Guard) (int64, error)) (int64, error) {
+	for attempt := 1; ; attempt++ {
+		if !g.view.replaced.Load() {
+			if create && g.view.deleting.Load() {
+				return 0, terminating(g.view.gr)
+			}
+			rev, err := send(etcdstore.Guard{Ref: g.view.ref, Revision: g.view.revision.Load()})
+			if !errors.Is(err, etcdstore.ErrGuardChanged) {
+				return rev, err
+			}
 		}
-		if err != nil {
-			return err
+		if err := g.server.catchUp(ctx, g.name, g.view, create); err != nil {
+			return 0, err
 		}
-		crd := obj.(*apiextensionsv1.CustomResourceDefinition)
-		if create && crd.DeletionTimestamp != nil {
-			return apierrors.NewForbidden(schema.GroupResource{Group: crd.Spec.Group, Resource: names.Plural}, "", errors.New("create not allowed while custom resource definition is terminating"))
+		if attempt == guardAttempts {
+			return 0, changed(g.name, g.view.generation, "kept changing")
 		}
-		if crd.Generation == generation && equalNames(crd.Status.AcceptedNames, names) && Serves(crd) {
-			return nil
-		}
-		rev := revisionOf(crd.ResourceVersion)
-		wctx, cancel := context.WithTimeout(ctx, catchUpWait)
-		defer cancel()
-		_ = s.waitApplied(wctx, rev) // the retry then goes to the new stores
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return &apierrors.StatusError{ErrStatus: metav1.Status{
-			Status: metav1.StatusFailure, Code: http.StatusServiceUnavailable, Reason: metav1.StatusReasonServiceUnavailable,
-			Message: fmt.Sprintf("customresourcedefinition %q changed (now at generation %d) while the write was checked against generation %d; nothing was written: send it again",
-				name, crd.Generation, generation),
-			Details: &metav1.StatusDetails{RetryAfterSeconds: 1},
-		}}
 	}
+}
+
+// catchUp reads the CRD name linearizably after a write through the stores
+// of view found it changed. If its spec or accepted names are no longer
+// what the stores were built from, this replica has not applied the change
+// yet (or is applying it): it waits up to catchUpWait for that and refuses
+// the write either way (503 with Retry-After: nothing was written, and the
+// client's retry meets the new schema). A CRD that is gone refuses it as not
+// found; one being deleted refuses creates (403, kube's message). Otherwise
+// (its status alone changed) it waits until the view has the CRD's revision,
+// and the write may be sent again.
+func (s *Server) catchUp(ctx context.Context, name string, v *view, create bool) error {
+	obj, err := s.crds.Get(ctx, "", name)
+	if apierrors.IsNotFound(err) {
+		return apierrors.NewNotFound(schema.GroupResource{Group: apiextensionsv1.GroupName, Resource: "customresourcedefinitions"}, name)
+	}
+	if err != nil {
+		return err
+	}
+	crd := obj.(*apiextensionsv1.CustomResourceDefinition)
+	if create && crd.DeletionTimestamp != nil {
+		return terminating(v.gr)
+	}
+	wctx, cancel := context.WithTimeout(ctx, catchUpWait)
+	defer cancel()
+	_ = s.waitApplied(wctx, revisionOf(crd.ResourceVersion)) // the retry then goes to the new stores
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if v.replaced.Load() || crd.Generation != v.generation || !equalNames(crd.Status.AcceptedNames, v.names) || !Serves(crd) {
+		return changed(name, v.generation, fmt.Sprintf("is now at generation %d", crd.Generation))
+	}
+	return nil
+}
+
+// terminating is kube's refusal of a create while the CRD is being deleted.
+func terminating(gr schema.GroupResource) error {
+	return apierrors.NewForbidden(gr, "", errors.New("create not allowed while custom resource definition is terminating"))
+}
+
+// changed refuses a write checked against generation of the CRD name, which
+// changed since (how).
+func changed(name string, generation int64, how string) error {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status: metav1.StatusFailure, Code: http.StatusServiceUnavailable, Reason: metav1.StatusReasonServiceUnavailable,
+		Message: fmt.Sprintf("customresourcedefinition %q changed while the write was checked against generation %d (it %s); nothing was written: send it again",
+			name, generation, how),
+		Details: &metav1.StatusDetails{RetryAfterSeconds: 1},
+	}}
 }

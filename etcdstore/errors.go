@@ -11,6 +11,10 @@ var (
 	ErrExists = errors.New("etcdstore: key already exists")
 	// ErrConflict: a conditional write or delete found a different ModRevision.
 	ErrConflict = errors.New("etcdstore: revision conflict")
+	// ErrGuardChanged: a write's guard key (Guard) was written since its
+	// revision; the write was not applied. It comes wrapped with
+	// ErrConflict.
+	ErrGuardChanged = errors.New("etcdstore: a guard's key changed")
 	// ErrCompacted: the revision asked for has been compacted away.
 	ErrCompacted = errors.New("etcdstore: revision compacted")
 	// ErrFutureRevision: the revision asked for is newer than the store's.

@@ -201,11 +201,55 @@ func (s *Store) Check(ctx context.Context) error {
 	return nil
 }
 
-// Guard is a further condition on a create: the key of Ref must still be
-// at Revision (for example, the namespace an object is created in).
+// Guard is a further condition on a write: the key of Ref must still be at
+// Revision (for example, the namespace an object is created in, or the CRD
+// whose schema a custom object was checked against). A write whose guard
+// fails is not applied and answers ErrGuardChanged (wrapped with
+// ErrConflict).
 type Guard struct {
 	Ref      Ref
 	Revision int64
+}
+
+// guardCompares are the transaction conditions of guards.
+func (s *Store) guardCompares(guards []Guard) ([]clientv3.Cmp, error) {
+	cmps := make([]clientv3.Cmp, 0, len(guards))
+	for _, g := range guards {
+		gkey, err := s.key(g.Ref)
+		if err != nil {
+			return nil, err
+		}
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(gkey), "=", g.Revision))
+	}
+	return cmps, nil
+}
+
+// guardedWrite runs op on key in one transaction If(ModRevision(key) ==
+// revision, guards...) Then(op) Else(Get(key)), for Update and Delete with
+// guards. It returns the transaction's revision, or the error as Update
+// documents, ErrGuardChanged when the key was as expected but a guard not.
+func (s *Store) guardedWrite(ctx context.Context, name, key string, revision int64, op clientv3.Op, guards []Guard) (int64, error) {
+	gcmps, err := s.guardCompares(guards)
+	if err != nil {
+		return 0, err
+	}
+	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", revision)}, gcmps...)
+	resp, err := s.kv.Client.Txn(ctx).If(cmps...).Then(op).Else(clientv3.OpGet(key)).Commit()
+	if err != nil {
+		return 0, writeError(name, key, err)
+	}
+	if !resp.Succeeded {
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 1 && kvs[0].ModRevision == revision {
+			return 0, fmt.Errorf("%s %s: %w: %w", name, key, ErrGuardChanged, ErrConflict)
+		}
+		var current *mvccpb.KeyValue
+		if len(kvs) == 1 {
+			current = kvs[0]
+		}
+		return 0, casFailure(name, key, revision, current)
+	}
+	return resp.Header.Revision, nil
 }
 
 // Create writes value if the key does not exist, in one transaction
@@ -245,14 +289,11 @@ func (s *Store) create(ctx context.Context, ref Ref, key string, value []byte, l
 		}
 		return resp.Revision, nil
 	}
-	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", 0)}
-	for _, g := range guards {
-		gkey, err := s.key(g.Ref)
-		if err != nil {
-			return 0, err
-		}
-		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(gkey), "=", g.Revision))
+	gcmps, err := s.guardCompares(guards)
+	if err != nil {
+		return 0, err
 	}
+	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", 0)}, gcmps...)
 	ctx, end := s.begin(ctx, "create", ref.Resource)
 	resp, err := s.kv.Client.Txn(ctx).If(cmps...).Then(clientv3.OpPut(key, string(value), clientv3.WithLease(lease))).Else(clientv3.OpGet(key, clientv3.WithCountOnly())).Commit()
 	end(err)
@@ -263,7 +304,7 @@ func (s *Store) create(ctx context.Context, ref Ref, key string, value []byte, l
 		if resp.Responses[0].GetResponseRange().Count > 0 {
 			return 0, fmt.Errorf("create %s: %w", key, ErrExists)
 		}
-		return 0, fmt.Errorf("create %s: a guard changed: %w", key, ErrConflict)
+		return 0, fmt.Errorf("create %s: %w: %w", key, ErrGuardChanged, ErrConflict)
 	}
 	return resp.Header.Revision, nil
 }
@@ -272,8 +313,9 @@ func (s *Store) create(ctx context.Context, ref Ref, key string, value []byte, l
 // one transaction If(ModRevision(key) == revision) Then(Put) Else(Get). It
 // returns the new revision; ErrNotFound when the key is gone, ErrConflict
 // when it was written since. A resource with a TTL puts the key on a lease
-// again, so that it lives its TTL from this write.
-func (s *Store) Update(ctx context.Context, ref Ref, value []byte, revision int64) (int64, error) {
+// again, so that it lives its TTL from this write. With guards, their keys
+// must also be unchanged (ErrGuardChanged otherwise).
+func (s *Store) Update(ctx context.Context, ref Ref, value []byte, revision int64, guards ...Guard) (int64, error) {
 	key, err := s.key(ref)
 	if err != nil {
 		return 0, err
@@ -286,26 +328,37 @@ func (s *Store) Update(ctx context.Context, ref Ref, value []byte, revision int6
 		if err != nil {
 			return 0, err
 		}
-		ctx, end := s.begin(ctx, "update", ref.Resource)
-		resp, err := s.kv.OptimisticPut(ctx, key, value, revision, kubernetes.PutOptions{GetOnFailure: true, LeaseID: lease})
-		end(err)
+		rev, err := s.update(ctx, ref, key, value, revision, lease, guards)
 		if attempt == 0 && s.leaseFailed(err, ttl, lease) {
 			continue // the shared lease is gone: once more on a new one
 		}
-		if err != nil {
-			return 0, writeError("update", key, err)
-		}
-		if !resp.Succeeded {
-			return 0, casFailure("update", key, revision, resp.KV)
-		}
-		return resp.Revision, nil
+		return rev, err
 	}
+}
+
+func (s *Store) update(ctx context.Context, ref Ref, key string, value []byte, revision int64, lease clientv3.LeaseID, guards []Guard) (int64, error) {
+	ctx, end := s.begin(ctx, "update", ref.Resource)
+	if len(guards) > 0 {
+		rev, err := s.guardedWrite(ctx, "update", key, revision, clientv3.OpPut(key, string(value), clientv3.WithLease(lease)), guards)
+		end(err)
+		return rev, err
+	}
+	resp, err := s.kv.OptimisticPut(ctx, key, value, revision, kubernetes.PutOptions{GetOnFailure: true, LeaseID: lease})
+	end(err)
+	if err != nil {
+		return 0, writeError("update", key, err)
+	}
+	if !resp.Succeeded {
+		return 0, casFailure("update", key, revision, resp.KV)
+	}
+	return resp.Revision, nil
 }
 
 // Delete removes the key only if its ModRevision is still revision, in one
 // transaction If(ModRevision(key) == revision) Then(Delete) Else(Get). It
-// returns the delete revision; ErrNotFound or ErrConflict as Update.
-func (s *Store) Delete(ctx context.Context, ref Ref, revision int64) (int64, error) {
+// returns the delete revision; ErrNotFound, ErrConflict or ErrGuardChanged
+// as Update.
+func (s *Store) Delete(ctx context.Context, ref Ref, revision int64, guards ...Guard) (int64, error) {
 	key, err := s.key(ref)
 	if err != nil {
 		return 0, err
@@ -314,6 +367,11 @@ func (s *Store) Delete(ctx context.Context, ref Ref, revision int64) (int64, err
 		return 0, fmt.Errorf("delete %s: revision %d: %w", key, revision, ErrConflict)
 	}
 	ctx, end := s.begin(ctx, "delete", ref.Resource)
+	if len(guards) > 0 {
+		rev, err := s.guardedWrite(ctx, "delete", key, revision, clientv3.OpDelete(key), guards)
+		end(err)
+		return rev, err
+	}
 	resp, err := s.kv.OptimisticDelete(ctx, key, revision, kubernetes.DeleteOptions{GetOnFailure: true})
 	end(err)
 	if err != nil {

@@ -30,8 +30,8 @@ type Storage interface {
 	Get(ctx context.Context, ref etcdstore.Ref, revision int64) (etcdstore.Object, error)
 	List(ctx context.Context, resource, namespace string, opts etcdstore.ListOptions) (etcdstore.ListResult, error)
 	Create(ctx context.Context, ref etcdstore.Ref, value []byte, guards ...etcdstore.Guard) (int64, error)
-	Update(ctx context.Context, ref etcdstore.Ref, value []byte, revision int64) (int64, error)
-	Delete(ctx context.Context, ref etcdstore.Ref, revision int64) (int64, error)
+	Update(ctx context.Context, ref etcdstore.Ref, value []byte, revision int64, guards ...etcdstore.Guard) (int64, error)
+	Delete(ctx context.Context, ref etcdstore.Ref, revision int64, guards ...etcdstore.Guard) (int64, error)
 	Watch(ctx context.Context, resource string, from int64) (*etcdstore.Watch, error)
 	CurrentRevision(ctx context.Context) (int64, error)
 	Count(ctx context.Context, resource string) (int64, error)
@@ -126,6 +126,10 @@ func namespaceContents(stores []*Store) []*Store {
 	}
 	return contents
 }
+
+// Ref is the storage reference of the object name in namespace (ignored
+// for a cluster-scoped resource): what a Guard on that object names.
+func (s *Store) Ref(namespace, name string) etcdstore.Ref { return s.ref(namespace, name) }
 
 func (s *Store) ref(namespace, name string) etcdstore.Ref {
 	if !s.Resource.Namespaced {
