@@ -75,6 +75,17 @@ func CustomResource(crd *apiextensionsv1.CustomResourceDefinition, version strin
 	return res, nil
 }
 
+// CustomResourceDefinitionOf is the CRD whose version (res.GroupVersion's)
+// res serves, if res was built by CustomResource, with kube's v1 defaults
+// applied; nil for any other resource. It is shared: read it, never change
+// it. The OpenAPI documents are built from it, as kube builds them.
+func CustomResourceDefinitionOf(res *Resource) *apiextensionsv1.CustomResourceDefinition {
+	if s, ok := res.Strategy.(*customResourceStrategy); ok {
+		return s.def.crd
+	}
+	return nil
+}
+
 // RequestDecoder is implemented by the Strategy of a resource whose objects
 // need more than JSON decoding when they come in a request: a custom
 // resource's are pruned of what their schema does not declare, and
