@@ -3,6 +3,7 @@ package apiserver
 import (
 	"bytes"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net/http"
 	"strconv"
@@ -22,13 +23,16 @@ import (
 )
 
 // installOpenAPI serves the OpenAPI documents of the catalog's resources
-// (those with OpenAPI definitions: openapi.Documented) as kube-apiserver
-// does, with kube-openapi's own handlers:
+// as kube-apiserver does, with kube-openapi's own handlers: the built-in
+// resources with OpenAPI definitions (openapi.Documented) and the custom
+// resources, from their CRDs as kube's apiextensions-apiserver documents
+// them (openapi.CustomResources):
 //
 //   - GET /openapi/v3: the index {"paths":{"api/v1":{"serverRelativeURL":
 //     "/openapi/v3/api/v1?hash=…"}, …}};
 //   - GET /openapi/v3/api/v1, /openapi/v3/apis/<group>/<version>: the
-//     OpenAPI 3.0 document of that group version, as JSON or protobuf, with
+//     OpenAPI 3.0 document of that group version (a CRD's group version
+//     too, while one of its versions is served), as JSON or protobuf, with
 //     an ETag; asked for with its ?hash=, it is cacheable for good;
 //   - GET /openapi/v2: the Swagger 2.0 document of everything, as JSON or,
 //     when asked (kubectl does), as protobuf
@@ -37,9 +41,10 @@ import (
 // The documents are built on the first request that needs them after the
 // catalog changed, once per catalog generation; kube-openapi re-encodes
 // them then, and its ETags and hashes are those of the encoded documents,
-// so they change only when a document does.
-func installOpenAPI(router *mux.Router, catalog *registry.Catalog) {
-	o := &openAPI{catalog: catalog, v3: handler3.NewOpenAPIService()}
+// so they change only when a document does. A custom resource whose
+// documents cannot be built is left out, and log says so once per build.
+func installOpenAPI(router *mux.Router, catalog *registry.Catalog, log *slog.Logger) {
+	o := &openAPI{catalog: catalog, log: log, v3: handler3.NewOpenAPIService()}
 
 	v2 := handler.NewOpenAPIServiceLazy(cached.Func(func() (*spec.Swagger, string, error) {
 		b := o.build()
@@ -104,7 +109,10 @@ func (b *bufferedResponse) writeTo(w http.ResponseWriter) error {
 // keeps kube-openapi's v3 service serving the group versions of one build.
 type openAPI struct {
 	catalog *registry.Catalog
+	log     *slog.Logger
 	v3      *handler3.OpenAPIService
+	// builder keeps the custom resources' documents between builds.
+	builder openapi.Builder
 
 	mu    sync.Mutex // held while the documents are built
 	built atomic.Pointer[openAPIBuild]
@@ -123,7 +131,9 @@ type openAPIBuild struct {
 	etag  string
 	specs *openapi.Specs
 	err   error
-	// v3Keys are the group versions (openapi.V3Key) documented.
+	// v3Keys are the group versions (openapi.V3Key) documented: the keys
+	// of specs.V3 (or, if the build failed, the built-in group versions,
+	// whose documents are then the error).
 	v3Keys map[string]bool
 }
 
@@ -139,10 +149,20 @@ func (o *openAPI) build() *openAPIBuild {
 	}
 	gen, stores := o.catalog.Snapshot()
 	resources := resourcesOf(stores)
-	specs, err := openapi.Build(resources, KubernetesVersion.GitVersion)
+	specs, err := o.builder.Build(resources, KubernetesVersion.GitVersion)
 	b := &openAPIBuild{generation: gen, etag: strconv.FormatUint(gen, 10), specs: specs, err: err, v3Keys: map[string]bool{}}
-	for _, gv := range openapi.GroupVersions(openapi.Documented(resources)) {
-		b.v3Keys[openapi.V3Key(gv)] = true
+	if err != nil {
+		o.log.Error("build the OpenAPI documents", "generation", gen, "err", err)
+		for _, gv := range openapi.GroupVersions(openapi.Documented(resources)) {
+			b.v3Keys[openapi.V3Key(gv)] = true
+		}
+	} else {
+		for key := range specs.V3 {
+			b.v3Keys[key] = true
+		}
+		for _, err := range specs.Errors {
+			o.log.Error("custom resource left out of the OpenAPI documents", "generation", gen, "err", err)
+		}
 	}
 	o.built.Store(b)
 	return b

@@ -142,7 +142,7 @@ func New(cfg Config) *Handler {
 
 	installDiscovery(router, catalog, reviewResources...)
 	installReviews(router, cfg.Authentication, cfg.Authorizer)
-	installOpenAPI(router, catalog)
+	installOpenAPI(router, catalog, cfg.Logger)
 	if cfg.Profiling {
 		installProfiling(router)
 	}

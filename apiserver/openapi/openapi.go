@@ -1,9 +1,12 @@
 // Package openapi builds Concord's OpenAPI v2 (Swagger) and v3 documents
-// the way kube-apiserver does: the schemas are the OpenAPI definitions
-// kube-openapi's openapi-gen generated from the Kubernetes Go types (package
-// generated), and the paths are the routes kube-apiserver's installer
-// registers for each resource, both assembled by kube-openapi's builders.
-// Everything is derived from the registry's resource declarations.
+// the way kube-apiserver does: for the built-in resources the schemas are
+// the OpenAPI definitions kube-openapi's openapi-gen generated from the
+// Kubernetes Go types (package generated), and the paths are the routes
+// kube-apiserver's installer registers for each resource, both assembled by
+// kube-openapi's builders; for custom resources both are what
+// apiextensions-apiserver's builder makes of their CRD, merged in as kube
+// merges them (crd.go). Everything is derived from the registry's resource
+// declarations.
 package openapi
 
 import (
@@ -34,8 +37,13 @@ type Specs struct {
 	// V2 is the Swagger 2.0 document of everything (/openapi/v2).
 	V2 *spec.Swagger
 	// V3 holds one OpenAPI 3.0 document per group version, keyed by the
-	// path below /openapi/v3: "api/v1", "apis/coordination.k8s.io/v1".
+	// path below /openapi/v3: "api/v1", "apis/coordination.k8s.io/v1",
+	// "apis/example.com/v1" (a CRD's).
 	V3 map[string]*spec3.OpenAPI
+	// Errors are the custom resources left out, each with why: their
+	// documents could not be built, or their group version is a built-in
+	// one. Everything else is documented.
+	Errors []error
 }
 
 // V3Key is the /openapi/v3 path of a group version: "api/v1" for the core
@@ -59,9 +67,10 @@ func GroupVersions(resources []*registry.Resource) []schema.GroupVersion {
 }
 
 // Documented are those of resources whose object and list types have
-// OpenAPI definitions (package generated), in order: what Build documents.
-// A resource without them (one whose schema is not known as a Go type) is
-// served, but not documented.
+// OpenAPI definitions (package generated), in order: the built-in
+// resources Build documents. Custom resources (CustomResources) are
+// documented from their CRD instead; any other resource without generated
+// definitions is served, but not documented.
 func Documented(resources []*registry.Resource) []*registry.Resource {
 	defs := definitionNames()
 	var out []*registry.Resource
@@ -92,10 +101,36 @@ func definitionName(obj any) string {
 	return name
 }
 
-// Build builds the v2 and v3 documents of resources (the Documented ones);
-// version is the server's version for the documents' info.
+// Builder builds the documents of resources, again and again as they
+// change; it keeps the custom resources' documents while they are served.
+// Its Build may be called concurrently.
+type Builder struct {
+	crds crdCache
+}
+
+// Build builds the v2 and v3 documents of resources (the Documented ones
+// and the CustomResources) with a new Builder.
 func Build(resources []*registry.Resource, version string) (*Specs, error) {
-	resources = Documented(resources)
+	return new(Builder).Build(resources, version)
+}
+
+// Build builds the v2 and v3 documents of resources: the Documented ones
+// from their Go types, the CustomResources from their CRDs. version is the
+// server's version for the documents' info.
+func (b *Builder) Build(resources []*registry.Resource, version string) (*Specs, error) {
+	specs, err := buildBuiltIn(Documented(resources), version)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.crds.addCustomResources(specs, CustomResources(resources)); err != nil {
+		return nil, err
+	}
+	return specs, nil
+}
+
+// buildBuiltIn builds the documents of resources that have generated
+// definitions.
+func buildBuiltIn(resources []*registry.Resource, version string) (*Specs, error) {
 	containers := map[schema.GroupVersion]*routeContainer{}
 	for _, gv := range GroupVersions(resources) {
 		containers[gv] = &routeContainer{rootPath: groupVersionPath(gv)}
