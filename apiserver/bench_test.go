@@ -188,3 +188,83 @@ func BenchmarkList2000(b *testing.B) {
 		}
 	})
 }
+
+// benchWidgetsCRD is the custom resource of BenchmarkCustomResourcePath: a
+// small schema and one CEL rule, as apibench's.
+const benchWidgetsCRD = `{"apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition",
+ "metadata":{"name":"widgets.bench.example.com"},
+ "spec":{"group":"bench.example.com","scope":"Namespaced","names":{"plural":"widgets","kind":"Widget"},
+  "versions":[{"name":"v1","served":true,"storage":true,
+   "schema":{"openAPIV3Schema":{"type":"object","properties":{
+    "spec":{"type":"object","properties":{
+      "replicas":{"type":"integer","minimum":0},
+      "maxReplicas":{"type":"integer"},
+      "note":{"type":"string","maxLength":2048}},
+     "x-kubernetes-validations":[{"rule":"self.replicas <= self.maxReplicas","message":"replicas must not exceed maxReplicas"}]}}}}}]}}`
+
+// BenchmarkCustomResourcePath runs create, replace and get of a 1 KiB
+// custom object and of a 1 KiB ConfigMap through the same server (with
+// the CRD controllers, so writes carry the CRD guard), 16 parallel workers:
+// the issue's target is the custom object at ≥ 0.9× the ConfigMap.
+//
+//	go test ./apiserver/ -run '^$' -bench 'BenchmarkCustomResourcePath' -benchtime 3s
+func BenchmarkCustomResourcePath(b *testing.B) {
+	s := startCRDServer(b)
+	s.createCRD(b, benchWidgetsCRD)
+	c := benchClient()
+	var seq atomic.Int64
+	note := strings.Repeat("n", 900)
+	kinds := []struct {
+		name, path string
+		body       func(name, rv string, i int) string
+	}{
+		{"configmap", "/api/v1/namespaces/ns/configmaps", func(name, rv string, i int) string {
+			out, _ := json.Marshal(map[string]any{"metadata": map[string]any{"name": name, "resourceVersion": rv},
+				"data": map[string]string{"v": note, "i": strconv.Itoa(i)}})
+			return string(out)
+		}},
+		{"widget", "/apis/bench.example.com/v1/namespaces/ns/widgets", func(name, rv string, i int) string {
+			out, _ := json.Marshal(map[string]any{"apiVersion": "bench.example.com/v1", "kind": "Widget",
+				"metadata": map[string]any{"name": name, "resourceVersion": rv},
+				"spec":     map[string]any{"replicas": i % 10, "maxReplicas": 10, "note": note}})
+			return string(out)
+		}},
+	}
+	for _, k := range kinds {
+		b.Run(k.name+"/create", func(b *testing.B) {
+			b.SetParallelism(16)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					i := int(seq.Add(1))
+					benchDo(b, c, http.MethodPost, s.URL+k.path, k.body("c-"+strconv.Itoa(i), "", i))
+				}
+			})
+		})
+		b.Run(k.name+"/update", func(b *testing.B) {
+			b.SetParallelism(16)
+			b.RunParallel(func(pb *testing.PB) {
+				name := "u-" + strconv.FormatInt(seq.Add(1), 10)
+				var obj struct {
+					Metadata struct{ ResourceVersion string } `json:"metadata"`
+				}
+				if err := json.Unmarshal(benchDo(b, c, http.MethodPost, s.URL+k.path, k.body(name, "", 0)), &obj); err != nil {
+					b.Fatal(err)
+				}
+				for i := 1; pb.Next(); i++ {
+					if err := json.Unmarshal(benchDo(b, c, http.MethodPut, s.URL+k.path+"/"+name, k.body(name, obj.Metadata.ResourceVersion, i)), &obj); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
+		benchDo(b, c, http.MethodPost, s.URL+k.path, k.body("g", "", 1))
+		b.Run(k.name+"/get", func(b *testing.B) {
+			b.SetParallelism(16)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					benchDo(b, c, http.MethodGet, s.URL+k.path+"/g", "")
+				}
+			})
+		})
+	}
+}

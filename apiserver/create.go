@@ -10,7 +10,7 @@ func (h *resourceHandler) create(w http.ResponseWriter, r *http.Request, namespa
 		writeError(w, r, err)
 		return
 	}
-	obj, err := h.decode(w, r)
+	obj, err := h.decode(w, r, &opts)
 	if err != nil {
 		writeError(w, r, err)
 		return

@@ -47,7 +47,7 @@ var gadgetsGVR = schema.GroupVersionResource{Group: "example.com", Version: "v1"
 
 // startCRDServer is a test server that serves CRDs as the binary does
 // (crdserving, crdstatus and crdcleanup run), with namespace ns.
-func startCRDServer(t *testing.T) *testServer {
+func startCRDServer(t testing.TB) *testServer {
 	t.Helper()
 	s := startServerWithOptions(t, serverOptions{crds: true})
 	s.namespace(t, "ns")
@@ -56,7 +56,7 @@ func startCRDServer(t *testing.T) *testServer {
 
 // createCRD creates the CRD of manifest and waits until the catalog serves
 // its custom resource, in every served version, and discovery lists it.
-func (s *testServer) createCRD(t *testing.T, manifest string) *apiextensionsv1.CustomResourceDefinition {
+func (s *testServer) createCRD(t testing.TB, manifest string) *apiextensionsv1.CustomResourceDefinition {
 	t.Helper()
 	resp := s.do(t, http.MethodPost, crds, manifest)
 	if resp.Code != http.StatusCreated {
@@ -70,7 +70,7 @@ func (s *testServer) createCRD(t *testing.T, manifest string) *apiextensionsv1.C
 
 // waitServed waits until the catalog serves crd's resource in every served
 // version and discovery lists it.
-func (s *testServer) waitServed(t *testing.T, crd *apiextensionsv1.CustomResourceDefinition) {
+func (s *testServer) waitServed(t testing.TB, crd *apiextensionsv1.CustomResourceDefinition) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for _, v := range crd.Spec.Versions {
@@ -499,7 +499,9 @@ func TestCustomObjectSubresources(t *testing.T) {
 	var list metav1.APIResourceList
 	s.do(t, http.MethodGet, "/apis/example.com/v1", nil).decode(t, &list)
 	want := []metav1.APIResource{
-		{Name: "gadgets", SingularName: "gadget", Namespaced: true, Kind: "Gadget", Verbs: []string{"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}, ShortNames: []string{"gd"}},
+		// kube's discovery controller's verbs, in its order; the hash of
+		// example.com/v1/Gadget, the storage version.
+		{Name: "gadgets", SingularName: "gadget", Namespaced: true, Kind: "Gadget", Verbs: []string{"delete", "deletecollection", "get", "list", "patch", "create", "update", "watch"}, ShortNames: []string{"gd"}, StorageVersionHash: "ggWp2HxsL0Q="},
 		{Name: "gadgets/status", Namespaced: true, Kind: "Gadget", Verbs: []string{"get", "patch", "update"}},
 		{Name: "gadgets/scale", Namespaced: true, Group: "autoscaling", Version: "v1", Kind: "Scale", Verbs: []string{"get", "patch", "update"}},
 	}

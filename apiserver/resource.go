@@ -170,8 +170,11 @@ func listOptions(r *http.Request) (*metainternalversion.ListOptions, error) {
 	return &opts, nil
 }
 
-func (h *resourceHandler) decode(w http.ResponseWriter, r *http.Request) (registry.Object, error) {
+// decode reads the body of a create, replace or status write; opts learn
+// that a custom object came decoded (registry.WriteOptions.Decoded).
+func (h *resourceHandler) decode(w http.ResponseWriter, r *http.Request, opts *registry.WriteOptions) (registry.Object, error) {
 	if isCustom(h.store.Resource) {
+		opts.Decoded = true
 		return decodeCustom(w, r, h.store.Resource, r.URL.Query().Get("fieldValidation"))
 	}
 	obj, err := decodeObject(w, r, h.store.Resource.GroupVersionKind(), r.URL.Query().Get("fieldValidation"))

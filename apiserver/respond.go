@@ -10,6 +10,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/concord-dev/concord/registry"
@@ -52,6 +53,10 @@ func encode(w http.ResponseWriter, r *http.Request, info runtime.SerializerInfo,
 	serializer := info.Serializer
 	if info.PrettySerializer != nil && wantsPretty(r) {
 		serializer = info.PrettySerializer
+	} else if _, custom := obj.(*unstructured.Unstructured); custom && info.MediaType == runtime.ContentTypeJSON {
+		// The same bytes without encoding/json's second pass over the
+		// output of Unstructured.MarshalJSON.
+		serializer = unstructured.UnstructuredJSONScheme
 	}
 	w.Header().Set("Content-Type", info.MediaType)
 	w.Header().Set("Cache-Control", "no-cache, private")

@@ -92,7 +92,7 @@ func (h *resourceHandler) status(w http.ResponseWriter, r *http.Request) {
 			writeError(w, r, err)
 			return
 		}
-		obj, err := h.decode(w, r)
+		obj, err := h.decode(w, r, &conds)
 		if err != nil {
 			writeError(w, r, err)
 			return

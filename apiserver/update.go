@@ -9,7 +9,7 @@ func (h *resourceHandler) update(w http.ResponseWriter, r *http.Request, namespa
 		writeError(w, r, err)
 		return
 	}
-	obj, err := h.decode(w, r)
+	obj, err := h.decode(w, r, &conds)
 	if err != nil {
 		writeError(w, r, err)
 		return

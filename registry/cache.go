@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"bytes"
 	"context"
 	"sort"
 	"strings"
@@ -53,11 +54,34 @@ type cacheEntry struct {
 	once    sync.Once
 	decoded Object
 	err     error
+	// served: the stored value is the object as served (asServed).
+	servedOnce sync.Once
+	served     bool
 }
 
 func (e *cacheEntry) decode(s *Store) (Object, error) {
 	e.once.Do(func() { e.decoded, e.err = s.decode(s.Resource.storagePrefix()+"/"+e.stored.Key, e.stored) })
 	return e.decoded, e.err
+}
+
+// asServed reports whether the stored value is, but for resourceVersion,
+// the object as s serves it (decoded with Resource.ReadStored and encoded
+// again, it is the same bytes), decided once per entry.
+func (e *cacheEntry) asServed(s *Store) bool {
+	e.servedOnce.Do(func() {
+		obj, err := e.decode(s)
+		if err != nil {
+			return
+		}
+		key := s.Resource.storagePrefix() + "/" + e.stored.Key
+		served, err := s.serialize(copyObject(obj))
+		if err != nil {
+			return
+		}
+		plaintext, _, err := s.unseal(key, e.stored.Value)
+		e.served = err == nil && bytes.Equal(served, plaintext)
+	})
+	return e.served
 }
 
 type cacheState int

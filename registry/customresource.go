@@ -104,9 +104,11 @@ type RequestDecoder interface {
 	// path, and for Ignore nothing. Metadata that does not decode
 	// (labels that are not a map of strings) is an error, a 400 as kube's.
 	//
-	// The store does the same in the Strategy's PrepareForCreate and
-	// PrepareForUpdate, so a caller that ignores the paths may skip it; a
-	// second call on the same object prunes and reports nothing.
+	// The store calls it for the objects given to Create, Update and
+	// UpdateStatus, unless WriteOptions.Decoded says the caller did (the
+	// HTTP layer, for the paths); Patch calls it for the patched object. A
+	// second call on the same object prunes and reports nothing, but costs
+	// as much as the first.
 	DecodeRequest(obj Object) (pruned []string, err error)
 }
 
@@ -407,18 +409,6 @@ func (s *customResourceStrategy) DecodeRequest(obj Object) ([]string, error) {
 	return pruned, nil
 }
 
-// decodeRequest is DecodeRequest for the write path, which needs neither
-// the paths nor the error: metadata that does not decode is left as it is
-// and refused by validation (getObjectMeta).
-func (s *customResourceStrategy) decodeRequest(u *unstructured.Unstructured) {
-	if u.GetAPIVersion() == "" && u.GetKind() == "" {
-		u.SetGroupVersionKind(s.kind)
-	}
-	if _, err := s.def.coerce(u, s.version, coercion{}); err == nil {
-		s.def.applyDefaults(u.Object, s.structural)
-	}
-}
-
 // coercion says how coerce treats an object: from storage kube drops
 // metadata fields of the wrong type and gives generation 1 to objects
 // without one; from a request it reports what it prunes.
@@ -473,23 +463,21 @@ func (d *customResourceDefinition) coerce(u *unstructured.Unstructured, version 
 
 // customResourceStrategy's Strategy methods, each kube's.
 
-// PrepareForCreate decodes obj as kube's decoder would have, drops its
-// status when the status subresource owns it, and sets generation 1.
+// PrepareForCreate drops obj's status when the status subresource owns it,
+// and sets generation 1. (obj was decoded as kube's decoder does: see
+// WriteOptions.Decoded.)
 func (s *customResourceStrategy) PrepareForCreate(obj Object) {
 	u := obj.(*unstructured.Unstructured)
-	s.decodeRequest(u)
 	if s.status {
 		delete(u.Object, "status") // create cannot set status
 	}
 	u.SetGeneration(1)
 }
 
-// PrepareForUpdate decodes obj, keeps the stored status when the status
-// subresource owns it, and counts a new generation when anything but
-// metadata changed.
+// PrepareForUpdate keeps the stored status when the status subresource
+// owns it, and counts a new generation when anything but metadata changed.
 func (s *customResourceStrategy) PrepareForUpdate(obj, old Object) {
 	u, o := obj.(*unstructured.Unstructured), old.(*unstructured.Unstructured)
-	s.decodeRequest(u)
 	if s.status {
 		_, hasNew := u.Object["status"]
 		oldStatus, hasOld := o.Object["status"]
@@ -692,7 +680,6 @@ var _ UpdateStrategy = customResourceStatusStrategy{}
 // managedFields, which track the status write's fields).
 func (st customResourceStatusStrategy) PrepareForUpdate(obj, old Object) {
 	u, o := obj.(*unstructured.Unstructured), old.(*unstructured.Unstructured)
-	st.s.decodeRequest(u)
 	status, ok := u.Object["status"]
 	managedFields := u.GetManagedFields()
 	*u = *o.DeepCopy()

@@ -175,6 +175,11 @@ func (s *Store) GetJSON(ctx context.Context, namespace, name string) (obj []byte
 	if err != nil {
 		return nil, "", err
 	}
+	return s.passedThrough(namespace, name, stored)
+}
+
+// passedThrough answers GetJSON with the stored value.
+func (s *Store) passedThrough(namespace, name string, stored etcdstore.Object) ([]byte, string, error) {
 	out, err := s.storedJSON(namespace, name, stored)
 	if err != nil {
 		return nil, "", err
@@ -191,11 +196,11 @@ func (s *Store) GetJSON(ctx context.Context, namespace, name string) (obj []byte
 // revision is obj. ok is false when that state is not remembered.
 func (s *Store) WrittenJSON(obj Object) (_ []byte, ok bool) {
 	rev, err := parseResourceVersion(obj.GetResourceVersion())
-	if err != nil || rev == 0 || !s.Resource.storedJSONServed() {
+	if err != nil || rev == 0 || s.Resource.Storage != nil {
 		return nil, false // for Storage: the stored JSON is another version's
 	}
 	e, ok := s.recent.get(s.recentKey(obj.GetNamespace(), obj.GetName()))
-	if !ok || e.stored.Revision != rev {
+	if !ok || e.stored.Revision != rev || !(e.asServed || s.Resource.storedJSONServed()) {
 		return nil, false
 	}
 	out, err := s.storedJSON(obj.GetNamespace(), obj.GetName(), e.stored)
@@ -220,14 +225,25 @@ func (s *Store) storedJSON(namespace, name string, stored etcdstore.Object) ([]b
 // convertedJSON is GetJSON for a resource served in another version of the
 // stored objects (Resource.Storage), or read with Resource.ReadStored: the
 // object read, converted, encoded.
+//
+// A cached object of a resource read with Resource.ReadStored whose reading
+// changes nothing — the stored version, its schema's defaults already in
+// it — is passed through as stored (cacheEntry.asServed).
 func (s *Store) convertedJSON(ctx context.Context, namespace, name string) ([]byte, string, error) {
-	obj, err := s.Get(ctx, namespace, name)
+	stored, cached, err := s.read(ctx, namespace, name)
+	if err != nil {
+		return nil, "", err
+	}
+	if cached != nil && s.Resource.Storage == nil && cached.asServed(s) {
+		return s.passedThrough(namespace, name, stored)
+	}
+	obj, err := s.got(namespace, name, stored, cached)
 	if err != nil {
 		return nil, "", err
 	}
 	obj.GetObjectKind().SetGroupVersionKind(s.Resource.GroupVersionKind())
 	var buf bytes.Buffer
-	if err := storageCodec.Encode(obj, &buf); err != nil {
+	if err := encodeJSON(obj, &buf); err != nil {
 		return nil, "", fmt.Errorf("encode %s %s: %w", s.Resource.Kind, name, err)
 	}
 	return bytes.TrimRight(buf.Bytes(), "\n"), obj.GetResourceVersion(), nil

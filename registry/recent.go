@@ -25,6 +25,10 @@ type recentEntry struct {
 	// obj is shared: never mutate it. It is nil for a state remembered from
 	// a JSON read that never decoded it.
 	obj Object
+	// asServed: the stored value is obj as the store serves it (but for
+	// resourceVersion), which a store that reads its objects with
+	// Resource.ReadStored knows only of the values it wrote itself.
+	asServed bool
 }
 
 func newRecent() *recent { return &recent{m: map[string]recentEntry{}} }
@@ -38,9 +42,24 @@ func (c *recent) get(key string) (recentEntry, bool) {
 
 // put remembers obj at stored.Revision unless a newer state is known.
 func (c *recent) put(key string, stored etcdstore.Object, obj Object) {
+	c.putWritten(key, stored, obj, false)
+}
+
+// putWritten is put for the state a write of the store left: asServed
+// says its stored value is obj as served (recentEntry.asServed).
+func (c *recent) putWritten(key string, stored etcdstore.Object, obj Object, asServed bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e, ok := c.m[key]; ok && (e.stored.Revision > stored.Revision || (e.stored.Revision == stored.Revision && (e.obj != nil || obj == nil))) {
+	if e, ok := c.m[key]; ok && e.stored.Revision == stored.Revision {
+		// One value per revision: what each put knows of it adds up.
+		if e.obj == nil {
+			e.obj = obj
+		}
+		e.asServed = e.asServed || asServed
+		c.m[key] = e
+		return
+	}
+	if e, ok := c.m[key]; ok && e.stored.Revision > stored.Revision {
 		return
 	}
 	if len(c.m) >= maxRecent {
@@ -49,7 +68,7 @@ func (c *recent) put(key string, stored etcdstore.Object, obj Object) {
 			break
 		}
 	}
-	c.m[key] = recentEntry{stored: stored, obj: obj}
+	c.m[key] = recentEntry{stored: stored, obj: obj, asServed: asServed}
 }
 
 // drop forgets key if what is known of it is not newer than rev.

@@ -54,6 +54,10 @@ func (s *Store) UpdateStatus(ctx context.Context, namespace, name string, obj Ob
 	} else if conds.IfMatch == nil && !conds.CreateOnly {
 		return nil, s.versionRequired(obj, nil)
 	}
+	if err := s.decodeRequest(obj, conds); err != nil {
+		return nil, err
+	}
+	conds.Decoded = true
 	conds.status = true
 	out, _, err := s.replace(ctx, namespace, name, conds, func(Object) (Object, error) { return obj, nil })
 	return out, err

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	jsonserializer "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/apimachinery/pkg/types"
@@ -41,6 +43,17 @@ type Storage interface {
 // etcdctl users can read them; resourceVersion is never stored (it is the
 // key's ModRevision).
 var storageCodec = jsonserializer.NewSerializerWithOptions(jsonserializer.DefaultMetaFactory, Scheme, Scheme, jsonserializer.SerializerOptions{})
+
+// encodeJSON writes obj as storageCodec does. A custom object's map goes
+// to encoding/json directly (kube's UnstructuredJSONScheme, the same bytes):
+// through the codec, encoding/json would call its MarshalJSON and then
+// parse and compact what that returned, a second pass over every byte.
+func encodeJSON(obj Object, w io.Writer) error {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		return unstructured.UnstructuredJSONScheme.Encode(u, w)
+	}
+	return storageCodec.Encode(obj, w)
+}
 
 // Store implements get, list, create, replace and delete for one resource.
 // Errors it returns are *apierrors.StatusError, or internal errors.
@@ -145,6 +158,12 @@ func (s *Store) Get(ctx context.Context, namespace, name string) (Object, error)
 	if err != nil {
 		return nil, err
 	}
+	return s.got(namespace, name, stored, cached)
+}
+
+// got is the object Get answers for what read returned: a copy the caller
+// may change.
+func (s *Store) got(namespace, name string, stored etcdstore.Object, cached *cacheEntry) (Object, error) {
 	if cached != nil {
 		shared, err := cached.decode(s)
 		if err != nil {
@@ -208,6 +227,9 @@ func (s *Store) Create(ctx context.Context, namespace string, obj Object, opts W
 	if err := s.checkNamespace(namespace, obj); err != nil {
 		return nil, err
 	}
+	if err := s.decodeRequest(obj, opts); err != nil {
+		return nil, err
+	}
 	obj.SetUID(types.UID(uuid.NewString()))
 	obj.SetCreationTimestamp(metav1.NewTime(time.Now().Truncate(time.Second)))
 	obj.SetDeletionTimestamp(nil)
@@ -222,6 +244,9 @@ func (s *Store) Create(ctx context.Context, namespace string, obj Object, opts W
 		if err := s.validateAlone(obj, true); err != nil {
 			return nil, err
 		}
+		if ws, ok := s.Resource.Strategy.(WarningStrategy); ok {
+			addWarnings(ctx, ws.WarningsOnCreate(obj))
+		}
 		value, err := s.encode(s.keyOf(namespace, obj.GetName()), obj)
 		if err != nil {
 			return nil, err
@@ -235,7 +260,7 @@ func (s *Store) Create(ctx context.Context, namespace string, obj Object, opts W
 		}
 		if !opts.DryRun {
 			obj.SetResourceVersion(formatRevision(rev))
-			s.recent.put(s.recentKey(namespace, obj.GetName()), etcdstore.Object{Value: value, Revision: rev}, copyObject(obj))
+			s.recent.putWritten(s.recentKey(namespace, obj.GetName()), etcdstore.Object{Value: value, Revision: rev}, copyObject(obj), s.Resource.Storage == nil)
 		}
 		return obj, nil
 	}
@@ -281,6 +306,10 @@ type WriteOptions struct {
 	// when StrictFields is not set, for fieldValidation=Warn: called each
 	// time the patch is applied, the last call is for the object written.
 	Warnings func(warnings []string)
+	// Decoded: the object was finished by the resource's RequestDecoder
+	// (the HTTP layer decodes custom objects so), so the store does not
+	// decode it again.
+	Decoded bool
 	// status: the write replaces the status only (UpdateStatus,
 	// PatchStatus), prepared and checked with the StatusStrategy.
 	status bool
@@ -304,6 +333,10 @@ func (s *Store) Update(ctx context.Context, namespace, name string, obj Object, 
 	if err := s.checkNamespace(namespace, obj); err != nil {
 		return nil, false, err
 	}
+	if err := s.decodeRequest(obj, conds); err != nil {
+		return nil, false, err
+	}
+	conds.Decoded = true
 	unconditional := false
 	if v := obj.GetResourceVersion(); v != "" {
 		if rev, err := strconv.ParseInt(v, 10, 64); err != nil || rev <= 0 {
@@ -323,6 +356,17 @@ func (s *Store) Update(ctx context.Context, namespace, name string, obj Object, 
 		return s.updateUnconditionally(ctx, namespace, name, obj, conds)
 	}
 	return s.replace(ctx, namespace, name, conds, func(Object) (Object, error) { return obj, nil })
+}
+
+// decodeRequest finishes obj as the resource's RequestDecoder does, unless
+// opts say it was.
+func (s *Store) decodeRequest(obj Object, opts WriteOptions) error {
+	d, ok := s.Resource.Strategy.(RequestDecoder)
+	if !ok || opts.Decoded {
+		return nil
+	}
+	_, err := d.DecodeRequest(obj)
+	return err
 }
 
 // validateAlone runs, before any etcd call, the checks of a new object that
@@ -405,9 +449,13 @@ func (s *Store) replaceFrom(ctx context.Context, namespace, name string, opts Wr
 	if rv := obj.GetResourceVersion(); rv != "" && rv != current {
 		return nil, false, apierrors.NewConflict(gr, name, errors.New(OptimisticLockErrorMsg))
 	}
-	next, err := s.prepareUpdate(obj, old, s.updateStrategy(opts))
+	strategy := s.updateStrategy(opts)
+	next, err := s.prepareUpdate(obj, old, strategy)
 	if err != nil {
 		return nil, false, err
+	}
+	if ws, ok := strategy.(WarningStrategy); ok {
+		addWarnings(ctx, ws.WarningsOnUpdate(next, old))
 	}
 	plaintext, err := s.serialize(next)
 	if err != nil {
@@ -446,7 +494,7 @@ func (s *Store) replaceFrom(ctx context.Context, namespace, name string, opts Wr
 		return nil, false, s.writeError(err, name)
 	}
 	next.SetResourceVersion(formatRevision(newRev))
-	s.recent.put(key, etcdstore.Object{Value: value, Revision: newRev}, copyObject(next))
+	s.recent.putWritten(key, etcdstore.Object{Value: value, Revision: newRev}, copyObject(next), s.Resource.Storage == nil)
 	return next, true, nil
 }
 
@@ -691,7 +739,7 @@ func (s *Store) serialize(obj Object) ([]byte, error) {
 	buf := serializeBuffers.Get().(*bytes.Buffer)
 	defer serializeBuffers.Put(buf)
 	buf.Reset()
-	if err := storageCodec.Encode(obj, buf); err != nil {
+	if err := encodeJSON(obj, buf); err != nil {
 		return nil, fmt.Errorf("encode %s %s: %w", s.Resource.Kind, obj.GetName(), err)
 	}
 	return bytes.Clone(buf.Bytes()), nil
