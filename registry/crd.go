@@ -12,11 +12,17 @@ import (
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/install"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsvalidation "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/validation"
+	apiservervalidation "k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	utilversion "k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/apimachinery/pkg/version"
+	"k8s.io/apiserver/pkg/cel/environment"
+	"k8s.io/kube-openapi/pkg/validation/spec"
 )
 
 // CustomResourceDefinitions are apiextensions.k8s.io/v1
@@ -208,6 +214,160 @@ func (crdStrategy) ValidateUpdate(obj, old Object) field.ErrorList {
 	return validateCRDUpdate(obj, old, func(crd, old *apiextensions.CustomResourceDefinition) field.ErrorList {
 		return apiextensionsvalidation.ValidateCustomResourceDefinitionUpdate(context.Background(), crd, old)
 	})
+}
+
+var _ WarningStrategy = crdStrategy{}
+
+// WarningsOnCreate is kube's (pkg/registry/customresourcedefinition's
+// strategy): a warning for each format the schemas use that kube does not
+// recognize (`unrecognized format "foo"`), and one for each kind of
+// non-scalar items of an x-kubernetes-list-type set. The CRD has passed
+// validation; these do not refuse it.
+func (crdStrategy) WarningsOnCreate(obj Object) []string {
+	internal, err := crdInternal(obj.(*apiextensionsv1.CustomResourceDefinition))
+	if err != nil {
+		return nil // Validate reported it
+	}
+	var warnings []string
+	for _, format := range unrecognizedCRDFormats(&internal.Spec) {
+		warnings = append(warnings, fmt.Sprintf("unrecognized format %q", format))
+	}
+	return append(warnings, nonScalarListTypeSetWarnings(&internal.Spec)...)
+}
+
+// WarningsOnUpdate is kube's: the warnings of WarningsOnCreate that the
+// stored CRD did not have already (a format it used is not warned of again).
+func (crdStrategy) WarningsOnUpdate(obj, old Object) []string {
+	internal, err := crdInternal(obj.(*apiextensionsv1.CustomResourceDefinition))
+	if err != nil {
+		return nil
+	}
+	oldInternal, err := crdInternal(old.(*apiextensionsv1.CustomResourceDefinition))
+	if err != nil {
+		return nil
+	}
+	oldFormats := sets.New(unrecognizedCRDFormats(&oldInternal.Spec)...)
+	var warnings []string
+	for _, format := range unrecognizedCRDFormats(&internal.Spec) {
+		if !oldFormats.Has(format) {
+			warnings = append(warnings, fmt.Sprintf("unrecognized format %q", format))
+		}
+	}
+	oldListWarnings := sets.New(nonScalarListTypeSetWarnings(&oldInternal.Spec)...)
+	for _, w := range nonScalarListTypeSetWarnings(&internal.Spec) {
+		if !oldListWarnings.Has(w) {
+			warnings = append(warnings, w)
+		}
+	}
+	return warnings
+}
+
+// unrecognizedCRDFormats is kube's getUnrecognizedFormatsInCRD: the formats
+// of every schema (the shared one and each version's) that kube's schema
+// validation does not know at the default compatibility version, in the
+// order found.
+func unrecognizedCRDFormats(crd *apiextensions.CustomResourceDefinitionSpec) []string {
+	compatibility := environment.DefaultCompatibilityVersion()
+	var formats []string
+	if crd.Validation != nil && crd.Validation.OpenAPIV3Schema != nil {
+		formats = append(formats, unrecognizedFormats(crd.Validation.OpenAPIV3Schema, compatibility)...)
+	}
+	for _, v := range crd.Versions {
+		if v.Schema != nil && v.Schema.OpenAPIV3Schema != nil {
+			formats = append(formats, unrecognizedFormats(v.Schema.OpenAPIV3Schema, compatibility)...)
+		}
+	}
+	return formats
+}
+
+// unrecognizedFormats is kube's getUnrecognizedFormatsInSchema.
+func unrecognizedFormats(schema *apiextensions.JSONSchemaProps, compatibility *utilversion.Version) []string {
+	var formats []string
+	apiextensionsvalidation.SchemaHas(schema, func(s *apiextensions.JSONSchemaProps) bool {
+		if s.Format != "" {
+			formats = append(formats, apiservervalidation.GetUnrecognizedFormats(
+				&spec.Schema{SchemaProps: spec.SchemaProps{Format: s.Format, Type: []string{s.Type}}}, compatibility)...)
+		}
+		return false // every schema
+	})
+	return formats
+}
+
+// nonScalarListTypeSetWarnings is kube's getNonScalarListTypeSetWarnings:
+// one warning per item type (object, array) of the list-type sets in the
+// schemas, sorted.
+func nonScalarListTypeSetWarnings(crd *apiextensions.CustomResourceDefinitionSpec) []string {
+	seen := sets.New[string]()
+	check := func(s *apiextensions.JSONSchemaProps) bool {
+		if s.XListType != nil && *s.XListType == "set" && s.Items != nil && s.Items.Schema != nil {
+			switch s.Items.Schema.Type {
+			case "object", "array":
+				seen.Insert(fmt.Sprintf("x-kubernetes-list-type: set for items of type %q is not supported by server-side apply or CEL validation rules", s.Items.Schema.Type))
+			}
+		}
+		return false
+	}
+	if crd.Validation != nil && crd.Validation.OpenAPIV3Schema != nil {
+		apiextensionsvalidation.SchemaHas(crd.Validation.OpenAPIV3Schema, check)
+	}
+	for _, v := range crd.Versions {
+		if v.Schema != nil && v.Schema.OpenAPIV3Schema != nil {
+			apiextensionsvalidation.SchemaHas(v.Schema.OpenAPIV3Schema, check)
+		}
+	}
+	return sets.List(seen)
+}
+
+// CRDTerminating reports whether crd's Terminating condition is true: kube's
+// discovery then lists only the verbs delete, deletecollection, get, list
+// and watch for its resource.
+func CRDTerminating(crd *apiextensionsv1.CustomResourceDefinition) bool {
+	for _, c := range crd.Status.Conditions {
+		if c.Type == apiextensionsv1.Terminating {
+			return c.Status == apiextensionsv1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// CRDStorageVersion is the version crd's objects are stored in ("" when
+// none is marked).
+func CRDStorageVersion(crd *apiextensionsv1.CustomResourceDefinition) string {
+	for _, v := range crd.Spec.Versions {
+		if v.Storage {
+			return v.Name
+		}
+	}
+	return ""
+}
+
+// CRDDeprecationWarning is the warning kube-apiserver's custom resource
+// handler adds to every request to version of crd when that version is
+// deprecated (ok): its deprecationWarning, or kube's default
+// (defaultDeprecationWarning in customresource_handler.go): "<group>/<version>
+// <Kind> is deprecated", then "; use <group>/<newer> <Kind>" naming the most
+// preferred served, not deprecated version that kube's version ordering puts
+// after it, when there is one.
+func CRDDeprecationWarning(crd *apiextensionsv1.CustomResourceDefinition, ver string) (warning string, ok bool) {
+	i := slices.IndexFunc(crd.Spec.Versions, func(v apiextensionsv1.CustomResourceDefinitionVersion) bool { return v.Name == ver })
+	if i < 0 || !crd.Spec.Versions[i].Deprecated {
+		return "", false
+	}
+	if w := crd.Spec.Versions[i].DeprecationWarning; w != nil {
+		return *w, true
+	}
+	msg := fmt.Sprintf("%s/%s %s is deprecated", crd.Spec.Group, ver, crd.Spec.Names.Kind)
+	var newer []string
+	for _, v := range crd.Spec.Versions {
+		if v.Served && !v.Deprecated && version.CompareKubeAwareVersionStrings(ver, v.Name) < 0 {
+			newer = append(newer, v.Name)
+		}
+	}
+	if len(newer) == 0 {
+		return msg, true
+	}
+	sort.Slice(newer, func(i, j int) bool { return version.CompareKubeAwareVersionStrings(newer[i], newer[j]) > 0 })
+	return msg + fmt.Sprintf("; use %s/%s %s", crd.Spec.Group, newer[0], crd.Spec.Names.Kind), true
 }
 
 // validateCRDConversion refuses spec.conversion.strategy Webhook, which

@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -546,5 +548,100 @@ func TestCRDStatus(t *testing.T) {
 	}
 	if raw := f.raw(t, p.Name); len(raw["status"].(map[string]any)["conditions"].([]any)) != 1 {
 		t.Errorf("the dry run wrote %v", raw["status"])
+	}
+}
+
+// TestCRDDeprecationWarning: kube's deprecation warnings of a CRD's
+// versions (customresource_handler_test.go's Test_defaultDeprecationWarning
+// cases, with the deprecated version in the spec), the version's own text
+// when it has one, and none for a version not deprecated or not there.
+func TestCRDDeprecationWarning(t *testing.T) {
+	crd := func(versions ...apiextensionsv1.CustomResourceDefinitionVersion) *apiextensionsv1.CustomResourceDefinition {
+		return &apiextensionsv1.CustomResourceDefinition{Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: "example.com", Names: apiextensionsv1.CustomResourceDefinitionNames{Kind: "Widget"}, Versions: versions,
+		}}
+	}
+	v := func(name string, served, deprecated bool) apiextensionsv1.CustomResourceDefinitionVersion {
+		return apiextensionsv1.CustomResourceDefinitionVersion{Name: name, Served: served, Deprecated: deprecated}
+	}
+	own := v("v1beta1", true, true)
+	own.DeprecationWarning = ptr.To("use v1, really")
+	for _, tc := range []struct {
+		name, version string
+		crd           *apiextensionsv1.CustomResourceDefinition
+		want          string
+		ok            bool
+	}{
+		{"no replacement", "v1", crd(v("v1", true, true), v("v2", true, true), v("v3", false, false)), "example.com/v1 Widget is deprecated", true},
+		{"replacement sorting", "v1", crd(v("v1", true, true), v("v1alpha1", true, false), v("v1alpha2", true, false), v("v1beta1", true, false),
+			v("v1beta2", true, false), v("v2", true, false), v("v2alpha1", true, false), v("v2alpha2", true, false), v("v2beta1", true, false),
+			v("v2beta2", true, false), v("v3", false, false), v("v3alpha1", false, false), v("v3alpha2", false, false), v("v3beta1", false, false),
+			v("v3beta2", false, false)), "example.com/v1 Widget is deprecated; use example.com/v2 Widget", true},
+		{"no newer replacement of equal stability", "v2", crd(v("v1", true, false), v("v2", true, true), v("v3", false, false),
+			v("v3alpha1", true, false), v("v3beta1", true, false), v("v4", true, true)), "example.com/v2 Widget is deprecated", true},
+		{"its own warning", "v1beta1", crd(own, v("v1", true, false)), "use v1, really", true},
+		{"not deprecated", "v1", crd(v("v1", true, false)), "", false},
+		{"no such version", "v2", crd(v("v1", true, true)), "", false},
+	} {
+		got, ok := CRDDeprecationWarning(tc.crd, tc.version)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("%s: %q, %v; want %q, %v", tc.name, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+// TestCRDStrategyWarnings: kube's WarningsOnCreate and WarningsOnUpdate of
+// a CRD (strategy_test.go's cases): unrecognized formats of every schema —
+// one schema shared by the versions is looked at once, distinct ones each —
+// list-type sets of objects and arrays, and an update warning only of what
+// the old CRD did not have.
+func TestCRDStrategyWarnings(t *testing.T) {
+	props := func(p map[string]apiextensionsv1.JSONSchemaProps) *apiextensionsv1.CustomResourceValidation {
+		return &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{Type: "object", Properties: p}}
+	}
+	crd := func(schemas ...*apiextensionsv1.CustomResourceValidation) *apiextensionsv1.CustomResourceDefinition {
+		c := &apiextensionsv1.CustomResourceDefinition{Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: "example.com", Scope: apiextensionsv1.NamespaceScoped,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "widgets", Kind: "Widget"},
+		}}
+		for i, s := range schemas {
+			c.Spec.Versions = append(c.Spec.Versions, apiextensionsv1.CustomResourceDefinitionVersion{Name: []string{"v1", "v2"}[i], Served: true, Storage: i == 0, Schema: s})
+		}
+		return c
+	}
+	foo := props(map[string]apiextensionsv1.JSONSchemaProps{"a": {Type: "string", Format: "foo"}, "b": {Type: "string", Format: "date-time"}})
+	fooAndList := props(map[string]apiextensionsv1.JSONSchemaProps{
+		"a": {Type: "string", Format: "foo"},
+		"l": {Type: "array", XListType: ptr.To("set"), Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &apiextensionsv1.JSONSchemaProps{
+			Type: "array", Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &apiextensionsv1.JSONSchemaProps{Type: "string"}},
+		}}},
+		"n": {Type: "number", Format: "double"},
+		"i": {Type: "integer", Format: "int8"},
+	})
+	listWarning := `x-kubernetes-list-type: set for items of type "array" is not supported by server-side apply or CEL validation rules`
+	for _, tc := range []struct {
+		name     string
+		obj, old *apiextensionsv1.CustomResourceDefinition
+		want     []string
+	}{
+		{"create, one format", crd(foo), nil, []string{`unrecognized format "foo"`}},
+		{"create, a schema shared by two versions", crd(foo, foo), nil, []string{`unrecognized format "foo"`}},
+		{"create, two schemas", crd(foo, fooAndList), nil, []string{`unrecognized format "foo"`, `unrecognized format "foo"`, `unrecognized format "int8"`, listWarning}},
+		{"update, nothing new", crd(foo), crd(foo), nil},
+		{"update, new format and list", crd(fooAndList), crd(foo), []string{`unrecognized format "int8"`, listWarning}},
+		{"update, fewer", crd(foo), crd(fooAndList), nil},
+	} {
+		var got []string
+		if tc.old == nil {
+			got = crdStrategy{}.WarningsOnCreate(tc.obj)
+		} else {
+			got = crdStrategy{}.WarningsOnUpdate(tc.obj, tc.old)
+		}
+		// kube walks properties in map order: the formats come in any order.
+		slices.Sort(got)
+		want := slices.Sorted(slices.Values(tc.want))
+		if !cmp.Equal(got, want, cmpopts.EquateEmpty()) {
+			t.Errorf("%s: %q; want %q", tc.name, got, want)
+		}
 	}
 }

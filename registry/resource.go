@@ -4,11 +4,14 @@
 package registry
 
 import (
+	"context"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/warning"
 )
 
 // Object is a stored API object: a runtime.Object with ObjectMeta.
@@ -166,3 +169,23 @@ func (r *Resource) storedJSONServed() bool {
 
 // Resources are all the resources Concord serves.
 var Resources = []*Resource{Namespaces, ConfigMaps, Secrets, Leases, Events, EventsV1, CustomResourceDefinitions}
+
+// WarningStrategy is implemented by a Strategy (or StatusStrategy) that
+// warns of what it accepts, as kube-apiserver's strategies' WarningsOnCreate
+// and WarningsOnUpdate do (CustomResourceDefinitions: unrecognized formats).
+// The store adds each warning of a write that passed validation to the
+// request's warning recorder (k8s.io/apiserver/pkg/warning; the HTTP layer
+// answers them as Warning headers), also when the write then fails, as kube
+// does.
+type WarningStrategy interface {
+	WarningsOnCreate(obj Object) []string
+	WarningsOnUpdate(obj, old Object) []string
+}
+
+// addWarnings adds warnings to ctx's warning recorder, if it has one (a
+// repeated warning is answered once: the recorder drops duplicates).
+func addWarnings(ctx context.Context, warnings []string) {
+	for _, w := range warnings {
+		warning.AddWarning(ctx, "", w)
+	}
+}

@@ -48,6 +48,18 @@ func (s *Store) StopWatches() {
 	}
 }
 
+// WatchesStopped reports whether StopWatches has ended the store's
+// watches: none starts again, so a watcher that keeps one open for the
+// server's lifetime stops when this is true.
+func (s *Store) WatchesStopped() bool {
+	select {
+	case <-s.watch.stopped:
+		return true
+	default:
+		return false
+	}
+}
+
 // Watch starts a watch of namespace (all when empty) with kube-apiserver's
 // semantics: from resourceVersion N every change after N; from "" or "0"
 // (or with sendInitialEvents) an ADDED event for every object first.
