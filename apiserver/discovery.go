@@ -1,24 +1,35 @@
 package apiserver
 
 import (
+	"context"
+	"crypto/sha256"
 	"crypto/sha512"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"mime"
 	"net/http"
 	goruntime "runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gorilla/mux"
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/version"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/concord-dev/concord/registry"
 )
@@ -46,6 +57,10 @@ const aggregatedDiscoveryMediaType = "application/json;g=apidiscovery.k8s.io;v=v
 // resources served without a store (SelfSubjectAccessReview).
 func installDiscovery(router *mux.Router, catalog *registry.Catalog, extra ...*registry.Resource) {
 	d := &discovery{catalog: catalog, extra: extra}
+	gv := registry.CustomResourceDefinitions.GroupVersion
+	if crds, ok := catalog.Lookup(gv.Group, gv.Version, registry.CustomResourceDefinitions.Plural); ok {
+		d.crds = newCRDStates(crds)
+	}
 	router.Handle("/apis", withAggregatedDiscovery(func() encodedDiscovery { return d.current().apis },
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			writeObject(w, r, http.StatusOK, d.current().groupList.DeepCopyObject())
@@ -86,14 +101,18 @@ func installDiscovery(router *mux.Router, catalog *registry.Catalog, extra ...*r
 type discovery struct {
 	catalog *registry.Catalog
 	extra   []*registry.Resource
-	mu      sync.Mutex // held while docs are computed
-	docs    atomic.Pointer[discoveryDocs]
+	// crds follows which CRDs are terminating (nil: the catalog serves no
+	// CustomResourceDefinitions).
+	crds *crdStates
+	mu   sync.Mutex // held while docs are computed
+	docs atomic.Pointer[discoveryDocs]
 }
 
-// discoveryDocs are the discovery documents of one catalog generation.
-// They are shared by every request: never change them.
+// discoveryDocs are the discovery documents of one catalog generation and
+// one state of the CRDs (epoch). They are shared by every request: never
+// change them.
 type discoveryDocs struct {
-	generation uint64
+	generation, epoch uint64
 	// groupVersions are /api/v1 and /apis/<group>/<version>; groups are
 	// /apis/<group>, groupList is /apis.
 	groupVersions map[schema.GroupVersion]*metav1.APIResourceList
@@ -103,19 +122,26 @@ type discoveryDocs struct {
 	core, apis encodedDiscovery
 }
 
-// current returns the documents of the catalog as it is.
+// current returns the documents of the catalog and the CRDs as they are.
+// The CRDs are followed from the first time the catalog serves a custom
+// resource; until then no CRD can be terminating in discovery.
 func (d *discovery) current() *discoveryDocs {
-	gen := d.catalog.Generation()
-	if docs := d.docs.Load(); docs != nil && docs.generation == gen {
+	gen, epoch := d.catalog.Generation(), d.crds.currentEpoch()
+	if docs := d.docs.Load(); docs != nil && docs.generation == gen && docs.epoch == epoch {
 		return docs
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if docs := d.docs.Load(); docs != nil && docs.generation == d.catalog.Generation() {
+	gen, stores := d.catalog.Snapshot()
+	if d.crds != nil && slices.ContainsFunc(stores, func(s *registry.Store) bool { return registry.CustomResourceDefinitionOf(s.Resource) != nil }) {
+		d.crds.follow()
+	}
+	epoch, terminating := d.crds.snapshot()
+	if docs := d.docs.Load(); docs != nil && docs.generation == gen && docs.epoch == epoch {
 		return docs
 	}
-	gen, stores := d.catalog.Snapshot()
-	docs := buildDiscovery(gen, stores, d.extra)
+	docs := buildDiscovery(gen, stores, d.extra, terminating)
+	docs.epoch = epoch
 	d.docs.Store(docs)
 	return docs
 }
@@ -133,10 +159,14 @@ func serveDiscovery(w http.ResponseWriter, r *http.Request, obj runtime.Object, 
 	writeObject(w, r, http.StatusOK, obj.DeepCopyObject())
 }
 
-// buildDiscovery computes the discovery documents of stores and extra.
-// A group served in several versions lists them in kube's order of
-// preference (v2 before v1 before v1beta1), the first preferred.
-func buildDiscovery(generation uint64, stores []*registry.Store, extra []*registry.Resource) *discoveryDocs {
+// buildDiscovery computes the discovery documents of stores and extra, the
+// resources of the CRDs whose UIDs are in terminating listed as
+// terminating. A group served in several versions lists them in kube's
+// order of preference (version.CompareKubeAwareVersionStrings: v2 before v1
+// before v1beta1), the first preferred; a CRD whose versions are all
+// unserved has no store, so its group is not listed, as kube's discovery
+// controller drops a group without served versions.
+func buildDiscovery(generation uint64, stores []*registry.Store, extra []*registry.Resource, terminating map[types.UID]bool) *discoveryDocs {
 	byGV := map[schema.GroupVersion][]*registry.Resource{}
 	for _, s := range stores {
 		byGV[s.Resource.GroupVersion] = append(byGV[s.Resource.GroupVersion], s.Resource)
@@ -166,8 +196,9 @@ func buildDiscovery(generation uint64, stores []*registry.Store, extra []*regist
 			list := &metav1.APIResourceList{GroupVersion: gv.String()}
 			versionDiscovery := apidiscoveryv2.APIVersionDiscovery{Version: v, Freshness: apidiscoveryv2.DiscoveryFreshnessCurrent}
 			for _, res := range byGV[gv] {
-				list.APIResources = append(list.APIResources, apiResources(res)...)
-				versionDiscovery.Resources = append(versionDiscovery.Resources, resourceDiscovery(res))
+				verbs := discoveryVerbs(res, terminating)
+				list.APIResources = append(list.APIResources, apiResources(res, verbs)...)
+				versionDiscovery.Resources = append(versionDiscovery.Resources, resourceDiscovery(res, verbs))
 			}
 			docs.groupVersions[gv] = list
 			groupDiscovery.Versions = append(groupDiscovery.Versions, versionDiscovery)
@@ -191,18 +222,78 @@ func buildDiscovery(generation uint64, stores []*registry.Store, extra []*regist
 	return docs
 }
 
+// Verbs kube's discovery controller lists for a custom resource, in its
+// order (customresource_discovery_controller.go), and while its CRD is
+// terminating (no create, update or patch).
+var (
+	customResourceVerbs            = metav1.Verbs{"delete", "deletecollection", "get", "list", "patch", "create", "update", "watch"}
+	terminatingCustomResourceVerbs = metav1.Verbs{"delete", "deletecollection", "get", "list", "watch"}
+)
+
+// discoveryVerbs are the verbs discovery lists for res: a built-in
+// resource's sorted, as kube's installer lists them; a custom resource's as
+// kube's discovery controller does, those of a terminating CRD (its UID in
+// terminating) without create, update and patch. Concord refuses creates of
+// a terminating CRD's objects with kube's 403 and, as kube, serves replaces
+// and patches of the remaining ones.
+func discoveryVerbs(res *registry.Resource, terminating map[types.UID]bool) metav1.Verbs {
+	crd := registry.CustomResourceDefinitionOf(res)
+	switch {
+	case crd == nil:
+		return res.Verbs()
+	case terminating[crd.UID]:
+		return terminatingCustomResourceVerbs
+	default:
+		return customResourceVerbs
+	}
+}
+
+// storageVersionHash is kube's storageVersionHash of res in the legacy
+// APIResourceList: the hash of the group, version and kind its objects are
+// stored as — a CRD's storage version and spec.names.kind, as kube's
+// discovery controller hashes them; the declaration a built-in stores
+// through (events.k8s.io/v1 Events are stored as core/v1 Events, and hash
+// as them, as kube's). Resources that are not stored (the reviews) have
+// none, as kube's. CustomResourceDefinitions hash as the apiextensions.k8s.io/v1
+// Concord stores them in; kube, which stores them as v1beta1, answers the
+// v1beta1 hash.
+func storageVersionHash(res *registry.Resource) string {
+	if crd := registry.CustomResourceDefinitionOf(res); crd != nil {
+		return discoveryStorageVersionHash(crd.Spec.Group, registry.CRDStorageVersion(crd), crd.Spec.Names.Kind)
+	}
+	if res.CreateOnly {
+		return ""
+	}
+	stored := res
+	if res.Storage != nil {
+		stored = res.Storage.Of
+	}
+	return discoveryStorageVersionHash(stored.GroupVersion.Group, stored.GroupVersion.Version, stored.Kind)
+}
+
+// discoveryStorageVersionHash is k8s.io/apiserver/pkg/endpoints/discovery's
+// StorageVersionHash (storageversionhash.go), copied: importing that
+// package would link a dozen packages of kube's generic server for these
+// five lines. The first 8 bytes of the SHA-256 of "<group>/<version>/<kind>",
+// in base64.
+func discoveryStorageVersionHash(group, version, kind string) string {
+	sum := sha256.Sum256([]byte(group + "/" + version + "/" + kind))
+	return base64.StdEncoding.EncodeToString(sum[:8])
+}
+
 // apiResources are a resource's entries in the legacy APIResourceList:
-// the resource, then its subresources as kube lists them ("widgets/status",
-// "widgets/scale").
-func apiResources(res *registry.Resource) []metav1.APIResource {
+// the resource, with verbs and its storageVersionHash, then its
+// subresources as kube lists them ("widgets/status", "widgets/scale").
+func apiResources(res *registry.Resource, verbs metav1.Verbs) []metav1.APIResource {
 	out := []metav1.APIResource{{
-		Name:         res.Plural,
-		SingularName: res.Singular,
-		Namespaced:   res.Namespaced,
-		Kind:         res.Kind,
-		Verbs:        res.Verbs(),
-		ShortNames:   res.ShortNames,
-		Categories:   res.Categories,
+		Name:               res.Plural,
+		SingularName:       res.Singular,
+		Namespaced:         res.Namespaced,
+		Kind:               res.Kind,
+		Verbs:              verbs,
+		ShortNames:         res.ShortNames,
+		Categories:         res.Categories,
+		StorageVersionHash: storageVersionHash(res),
 	}}
 	for _, sub := range subresourcesOf(res) {
 		out = append(out, metav1.APIResource{
@@ -250,8 +341,9 @@ func subresourcesOf(res *registry.Resource) []subresourceDiscovery {
 	return out
 }
 
-// resourceDiscovery is a resource's entry in aggregated discovery.
-func resourceDiscovery(res *registry.Resource) apidiscoveryv2.APIResourceDiscovery {
+// resourceDiscovery is a resource's entry in aggregated discovery (which
+// has no storageVersionHash).
+func resourceDiscovery(res *registry.Resource, verbs metav1.Verbs) apidiscoveryv2.APIResourceDiscovery {
 	scope := apidiscoveryv2.ScopeCluster
 	if res.Namespaced {
 		scope = apidiscoveryv2.ScopeNamespace
@@ -261,7 +353,7 @@ func resourceDiscovery(res *registry.Resource) apidiscoveryv2.APIResourceDiscove
 		ResponseKind:     &metav1.GroupVersionKind{Group: res.GroupVersion.Group, Version: res.GroupVersion.Version, Kind: res.Kind},
 		Scope:            scope,
 		SingularResource: res.Singular,
-		Verbs:            res.Verbs(),
+		Verbs:            verbs,
 		ShortNames:       res.ShortNames,
 		Categories:       res.Categories,
 	}
@@ -352,4 +444,149 @@ func wantsAggregatedDiscovery(accept string) bool {
 	}
 	sort.SliceStable(clauses, func(i, j int) bool { return clauses[i].q > clauses[j].q })
 	return len(clauses) > 0 && clauses[0].aggregated
+}
+
+// crdStates follows which CRDs are terminating, from a watch of the CRDs,
+// as kube's discovery controller follows them from its CRD informer: a
+// terminating CRD does not change its spec, so the catalog keeps its stores
+// (crdserving), and discovery learns it here. The watch starts with the
+// first discovery document that lists a custom resource (follow) and runs
+// until the store's watches stop (server shutdown).
+type crdStates struct {
+	store  *registry.Store
+	start  sync.Once
+	synced chan struct{} // closed once the first watch's initial events are in
+
+	mu sync.Mutex
+	// terminating holds the UIDs of the terminating CRDs; it is replaced,
+	// never changed, so a snapshot may be read without mu. epoch counts
+	// its changes.
+	terminating map[types.UID]bool
+	epoch       uint64
+}
+
+// crdRewatchDelay is the pause before the CRD watch is opened again, and
+// crdSyncWait how long the first document that lists a custom resource
+// waits for the CRDs' state.
+const (
+	crdRewatchDelay = 500 * time.Millisecond
+	crdSyncWait     = 2 * time.Second
+)
+
+func newCRDStates(store *registry.Store) *crdStates {
+	return &crdStates{store: store, synced: make(chan struct{}), terminating: map[types.UID]bool{}}
+}
+
+// follow starts the watch, once, and waits up to crdSyncWait for its
+// initial state.
+func (c *crdStates) follow() {
+	c.start.Do(func() { go c.run() })
+	select {
+	case <-c.synced:
+	case <-time.After(crdSyncWait):
+	}
+}
+
+// currentEpoch is the count of changes to the terminating CRDs (0 for nil).
+func (c *crdStates) currentEpoch() uint64 {
+	epoch, _ := c.snapshot()
+	return epoch
+}
+
+// snapshot returns the epoch and the terminating CRDs' UIDs (none for nil);
+// the map is shared: never change it.
+func (c *crdStates) snapshot() (uint64, map[types.UID]bool) {
+	if c == nil {
+		return 0, nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.epoch, c.terminating
+}
+
+func (c *crdStates) run() {
+	for !c.store.WatchesStopped() {
+		_ = c.watchOnce() // an error is a watch that ended: watch again
+		if c.store.WatchesStopped() {
+			return
+		}
+		time.Sleep(crdRewatchDelay)
+	}
+}
+
+// watchOnce watches the CRDs from their current state (a watch that ends
+// is opened again, its initial events replacing what was known) until the
+// watch ends.
+func (c *crdStates) watchOnce() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	yes := true
+	w, err := c.store.Watch(ctx, "", &metainternalversion.ListOptions{
+		Watch: true, SendInitialEvents: &yes, AllowWatchBookmarks: true,
+		ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan,
+	})
+	if err != nil {
+		return err
+	}
+	initial := map[types.UID]bool{} // until the initial events end
+	return w.Run(ctx, func(ev watch.Event, _ *registry.Encodings) error {
+		switch ev.Type {
+		case watch.Added, watch.Modified, watch.Deleted:
+			crd, ok := ev.Object.(*apiextensionsv1.CustomResourceDefinition)
+			if !ok {
+				return fmt.Errorf("watch of CRDs sent a %T", ev.Object)
+			}
+			terminating := ev.Type != watch.Deleted && registry.CRDTerminating(crd)
+			if initial != nil {
+				if terminating {
+					initial[crd.UID] = true
+				}
+				return nil
+			}
+			c.set(crd.UID, terminating)
+		case watch.Bookmark:
+			if initial != nil {
+				c.replace(initial)
+				initial = nil
+			}
+		case watch.Error:
+			return fmt.Errorf("watch of CRDs: %w", apierrors.FromObject(ev.Object))
+		}
+		return nil
+	})
+}
+
+// set records whether the CRD uid is terminating.
+func (c *crdStates) set(uid types.UID, terminating bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.terminating[uid] == terminating {
+		return
+	}
+	next := make(map[types.UID]bool, len(c.terminating)+1)
+	for k := range c.terminating {
+		next[k] = true
+	}
+	if terminating {
+		next[uid] = true
+	} else {
+		delete(next, uid)
+	}
+	c.terminating = next
+	c.epoch++
+}
+
+// replace records that the terminating CRDs are those of terminating.
+func (c *crdStates) replace(terminating map[types.UID]bool) {
+	c.mu.Lock()
+	if !maps.Equal(c.terminating, terminating) {
+		c.terminating = terminating
+		c.epoch++
+	}
+	c.mu.Unlock()
+	select {
+	case <-c.synced:
+	default:
+		close(c.synced)
+	}
 }

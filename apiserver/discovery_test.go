@@ -57,11 +57,29 @@ func (r *responseTypes) get(path string) (string, bool) {
 	return ct, ok
 }
 
+// kubeStorageVersionHashes are the storageVersionHash values of kube-apiserver
+// 1.37 (pkg/controlplane/storageversionhashdata/data.go), by
+// group/version/resource; events.k8s.io/v1 Events are stored as core/v1 ones
+// and hash as them. Concord stores CustomResourceDefinitions as
+// apiextensions.k8s.io/v1 and hashes them as such; kube stores them as
+// v1beta1 and answers jfWCUB31mvA=.
+var kubeStorageVersionHashes = map[string]string{
+	"v1/configmaps":                 "qFsyl6wFWjQ=",
+	"v1/events":                     "r2yiGXH7wu8=",
+	"v1/namespaces":                 "Q3oi5N2YM8M=",
+	"v1/secrets":                    "S6u1pOWzb84=",
+	"coordination.k8s.io/v1/leases": "gqkMMb/YqFM=",
+	"events.k8s.io/v1/events":       "r2yiGXH7wu8=",
+	"apiextensions.k8s.io/v1/customresourcedefinitions": "M5uH+AlWATY=",
+}
+
 // wantResources is what discovery must say of every declared resource,
 // by group version, and of the reviews (create only, as kube-apiserver's).
 // wantResources are the resources and subresources discovery lists;
 // client-go gives a subresource its resource's singular name from
-// aggregated discovery (aggregated), none from the legacy documents.
+// aggregated discovery (aggregated), none from the legacy documents; only
+// the legacy documents have storageVersionHash (kube's, of the stored
+// resources only).
 func wantResources(aggregated bool) map[string][]metav1.APIResource {
 	want := map[string][]metav1.APIResource{
 		"authentication.k8s.io/v1": {{Name: "selfsubjectreviews", SingularName: "selfsubjectreview", Kind: "SelfSubjectReview", Verbs: metav1.Verbs{"create"}}},
@@ -69,14 +87,19 @@ func wantResources(aggregated bool) map[string][]metav1.APIResource {
 	}
 	for _, res := range registry.Resources {
 		gv := res.GroupVersion.String()
+		hash := kubeStorageVersionHashes[gv+"/"+res.Plural]
+		if aggregated {
+			hash = ""
+		}
 		want[gv] = append(want[gv], metav1.APIResource{
-			Name:         res.Plural,
-			SingularName: res.Singular,
-			Namespaced:   res.Namespaced,
-			Kind:         res.Kind,
-			Verbs:        kubeVerbs(res),
-			ShortNames:   res.ShortNames,
-			Categories:   res.Categories,
+			Name:               res.Plural,
+			SingularName:       res.Singular,
+			Namespaced:         res.Namespaced,
+			Kind:               res.Kind,
+			Verbs:              kubeVerbs(res),
+			ShortNames:         res.ShortNames,
+			Categories:         res.Categories,
+			StorageVersionHash: hash,
 		})
 		if res.StatusStrategy != nil {
 			status := metav1.APIResource{Name: res.Plural + "/status", Namespaced: res.Namespaced, Kind: res.Kind, Verbs: metav1.Verbs{"get", "patch", "update"}}
