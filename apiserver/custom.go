@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"mime"
 	"net/http"
-	"strconv"
 	"strings"
+	"sync"
+	"unicode/utf8"
 
 	"k8s.io/apiextensions-apiserver/pkg/crdserverscheme"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer/json"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apiserver/pkg/warning"
 
 	"github.com/concord-dev/concord/registry"
 )
@@ -187,9 +190,91 @@ func statusError(code int, reason metav1.StatusReason, message string) error {
 }
 
 // addWarning sends text as a Warning header (code 299, agent "-"), as
-// kube-apiserver sends field validation warnings.
+// kube-apiserver sends field validation warnings: kube's header
+// (utilnet.NewWarningHeader: the text quoted, only '"' and '\\' escaped), none
+// for a text it refuses (control characters, invalid UTF-8).
 func addWarning(w http.ResponseWriter, text string) {
-	w.Header().Add("Warning", "299 - "+strconv.Quote(text))
+	if header, err := utilnet.NewWarningHeader(299, "", text); err == nil {
+		w.Header().Add("Warning", header)
+	}
+}
+
+// withWarnings gives a request to res the warning recorder its answer on w
+// carries, for the writes (the store warns of what it accepts) and for the
+// requests to a deprecated version of a custom resource, which kube's
+// custom resource handler warns of first, for every request of that
+// version it serves, subresources included: the version's
+// deprecationWarning, or kube's default message
+// (registry.CRDDeprecationWarning). Other reads have nothing to warn of
+// and go without one.
+func withWarnings(w http.ResponseWriter, r *http.Request, res *registry.Resource) *http.Request {
+	var deprecation string
+	if crd := registry.CustomResourceDefinitionOf(res); crd != nil {
+		deprecation, _ = registry.CRDDeprecationWarning(crd, res.GroupVersion.Version)
+	}
+	if deprecation == "" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+		return r
+	}
+	rec := &warningRecorder{w: w}
+	rec.AddWarning("", deprecation)
+	return r.WithContext(warning.WithWarningRecorder(r.Context(), rec))
+}
+
+// warningRecorder is kube-apiserver's warning recorder
+// (k8s.io/apiserver/pkg/endpoints/filters/warning.go) for one request,
+// which the registry and kube's libraries reach through the request's
+// context (k8s.io/apiserver/pkg/warning.AddWarning): each warning is a
+// Warning header at once, so an error answered later carries it too; a
+// repeated text is sent once; past 4096 characters of warnings in all, each
+// is cut to 256.
+type warningRecorder struct {
+	w          http.ResponseWriter
+	mu         sync.Mutex
+	recorded   map[string]bool
+	ordered    [][2]string // agent, text
+	written    int
+	truncating bool
+}
+
+const (
+	warningsTruncateAt   = 4 * 1024
+	warningTruncatedSize = 256
+)
+
+func (rec *warningRecorder) AddWarning(agent, text string) {
+	if text == "" {
+		return
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if (rec.written >= warningsTruncateAt && rec.truncating) || rec.recorded[text] {
+		return
+	}
+	if rec.recorded == nil {
+		rec.recorded = map[string]bool{}
+	}
+	rec.recorded[text] = true
+	rec.ordered = append(rec.ordered, [2]string{agent, text})
+	if !rec.truncating && rec.written+utf8.RuneCountInString(text) > warningsTruncateAt {
+		// Over the limit: every warning so far is sent again, cut.
+		rec.truncating, rec.written = true, 0
+		rec.w.Header().Del("Warning")
+		for _, w := range rec.ordered {
+			rec.add(w[0], w[1])
+		}
+		return
+	}
+	rec.add(agent, text)
+}
+
+func (rec *warningRecorder) add(agent, text string) {
+	if rec.truncating && utf8.RuneCountInString(text) > warningTruncatedSize {
+		text = string([]rune(text)[:warningTruncatedSize])
+	}
+	if header, err := utilnet.NewWarningHeader(299, agent, text); err == nil {
+		rec.written += utf8.RuneCountInString(text)
+		rec.w.Header().Add("Warning", header)
+	}
 }
 
 // customResponseSerializer negotiates the Accept header of a request to a

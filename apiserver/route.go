@@ -118,6 +118,7 @@ func withResourceRoutes(next http.Handler, c *registry.Catalog, m *metrics) http
 			next.ServeHTTP(w, r)
 			return
 		}
+		r = withWarnings(w, r, route.store.Resource)
 		h := &resourceHandler{store: route.store, metrics: m, namespace: route.namespace, name: route.name}
 		switch {
 		case route.subresource != "":
