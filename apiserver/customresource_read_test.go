@@ -33,7 +33,23 @@ func TestCustomObjectsAreReadAsServed(t *testing.T) {
 			t.Errorf("%s (%v):\n%s\nwant (as decoded and encoded):\n%s", what, err, got, pretty.Body)
 		}
 	}
+	// A list's items too: passed through, or decoded and encoded again.
+	sameList := func(what string) {
+		t.Helper()
+		items := func(query string) []any {
+			var list struct{ Items []any }
+			resp := s.do(t, http.MethodGet, gadgets+query, nil)
+			if err := json.Unmarshal(resp.Body, &list); err != nil || resp.Code != http.StatusOK {
+				t.Fatalf("list %s: %d %v %s", query, resp.Code, err, resp.Body)
+			}
+			return list.Items
+		}
+		if got, want := items(""), items("?pretty=true"); len(got) != 1 || !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: list items %v; want (as decoded and encoded) %v", what, got, want)
+		}
+	}
 	same("the create's answer", created.Body)
+	sameList("list")
 	for i := range 2 { // the second from the cache's decided entry
 		get := s.do(t, http.MethodGet, gadgets+"/a", nil)
 		same("GET "+string(rune('1'+i)), get.Body)
@@ -64,6 +80,7 @@ func TestCustomObjectsAreReadAsServed(t *testing.T) {
 	for range 20 { // and once the new store's cache serves it
 		time.Sleep(20 * time.Millisecond)
 		same("GET after the new default", s.do(t, http.MethodGet, gadgets+"/a", nil).Body)
+		sameList("list after the new default")
 	}
 	obj := get.object(t)
 	obj.SetLabels(map[string]string{"x": "y"})

@@ -80,7 +80,7 @@ func (s *Store) ListJSON(ctx context.Context, namespace string, opts *metaintern
 	if (opts.LabelSelector != nil && !opts.LabelSelector.Empty()) || (opts.FieldSelector != nil && !opts.FieldSelector.Empty()) {
 		return nil, false, nil
 	}
-	if !s.Resource.storedJSONServed() {
+	if s.Resource.Storage != nil {
 		return nil, false, nil // the stored JSON is another version's
 	}
 	plan, err := planList(s.Resource, opts)
@@ -92,10 +92,10 @@ func (s *Store) ListJSON(ctx context.Context, namespace string, opts *metaintern
 		items = make([]JSONItem, 0, min(opts.Limit, 10000))
 	}
 	bad := s.newCorruptItems(plan.filter)
-	rev, token, remaining, err := s.listPages(ctx, namespace, opts, plan, func(key string, stored etcdstore.Object, _ *cacheEntry) (bool, error) {
-		plaintext, _, err := s.unseal(key, stored.Value)
+	rev, token, remaining, err := s.listPages(ctx, namespace, opts, plan, func(key string, stored etcdstore.Object, cached *cacheEntry) (bool, error) {
+		plaintext, err := s.servedJSON(key, stored, cached)
 		if err != nil {
-			return false, bad.add(s.corrupt(key, stored, untransformable, err))
+			return false, bad.add(err)
 		}
 		item, err := newJSONItem(plaintext, stored.Revision)
 		if err != nil {
@@ -119,6 +119,33 @@ func (s *Store) ListJSON(ctx context.Context, namespace string, opts *metaintern
 		RemainingItemCount: remaining,
 		Items:              items,
 	}, true, nil
+}
+
+// servedJSON is the object stored at key as the store serves it, as JSON
+// without resourceVersion: the stored value itself, unless the resource
+// reads its objects with Resource.ReadStored and reading this one changes
+// it (cacheEntry.asServed; an object not in the cache is decoded).
+func (s *Store) servedJSON(key string, stored etcdstore.Object, cached *cacheEntry) ([]byte, error) {
+	if s.Resource.storedJSONServed() || (cached != nil && cached.asServed(s)) {
+		plaintext, _, err := s.unseal(key, stored.Value)
+		if err != nil {
+			return nil, s.corrupt(key, stored, untransformable, err)
+		}
+		return plaintext, nil
+	}
+	var obj Object
+	var err error
+	if cached != nil {
+		if obj, err = cached.decode(s); err == nil {
+			obj = copyObject(obj)
+		}
+	} else {
+		obj, err = s.decode(key, stored)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s.serialize(obj)
 }
 
 // withResourceVersion returns the JSON object obj with
