@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel/model"
 	structuraldefaulting "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/defaulting"
@@ -18,6 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/sets"
+	apimachineryvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 	"k8s.io/apiserver/pkg/cel/common"
@@ -321,4 +324,42 @@ func (s *customResourceStrategy) validateScaleStatus(obj *unstructured.Unstructu
 		}
 	}
 	return allErrs
+}
+
+// standardFinalizers are kube's finalizers that need no domain.
+var standardFinalizers = sets.New(metav1.FinalizerOrphanDependents, metav1.FinalizerDeleteDependents, string(corev1.FinalizerKubernetes))
+
+// WarningsOnCreate is kube's customResourceStrategy.WarningsOnCreate: a
+// warning for each finalizer name that is not domain-qualified.
+func (s *customResourceStrategy) WarningsOnCreate(obj Object) []string {
+	return finalizerWarnings(obj, nil)
+}
+
+// WarningsOnUpdate is kube's: the warnings of the finalizers added.
+func (s *customResourceStrategy) WarningsOnUpdate(obj, old Object) []string {
+	return finalizerWarnings(obj, old)
+}
+
+// finalizerWarnings is kube's generateWarningsFromObj with
+// validateKubeFinalizerName.
+func finalizerWarnings(obj, old Object) []string {
+	added := sets.New(obj.GetFinalizers()...)
+	if old != nil {
+		added = added.Difference(sets.New(old.GetFinalizers()...))
+	}
+	fldPath := field.NewPath("metadata", "finalizers")
+	var warnings []string
+	for _, finalizer := range sets.List(added) {
+		for _, msg := range apimachineryvalidation.IsQualifiedName(finalizer) {
+			warnings = append(warnings, fmt.Sprintf("%s: %q: %s", fldPath.String(), finalizer, msg))
+		}
+		if !strings.Contains(finalizer, "/") && !standardFinalizers.Has(finalizer) {
+			if strings.Contains(finalizer, ".") {
+				warnings = append(warnings, fmt.Sprintf("%s: %q: prefer a domain-qualified finalizer name including a path (/) to avoid accidental conflicts with other finalizer writers", fldPath.String(), finalizer))
+			} else {
+				warnings = append(warnings, fmt.Sprintf("%s: %q: prefer a domain-qualified finalizer name to avoid accidental conflicts with other finalizer writers", fldPath.String(), finalizer))
+			}
+		}
+	}
+	return warnings
 }
