@@ -21,6 +21,9 @@ var (
 type backend interface {
 	// ensureNamespace makes ns exist; created reports that this call made it.
 	ensureNamespace(ctx context.Context, ns string) (created bool, err error)
+	// The operations are on ConfigMaps, or on the objects of the
+	// resource an API target was given (--resource).
+	//
 	// create stores a new ConfigMap; its revision (resourceVersion).
 	create(ctx context.Context, ns, name string, data map[string]string) (int64, error)
 	// update replaces the ConfigMap if it is still at rv (errConflict if not).
@@ -59,15 +62,6 @@ type watchStream struct {
 	Err  error
 }
 
-// configMap is the JSON of a core/v1 ConfigMap, as much of it as apibench
-// writes and reads. Kind and apiVersion come first, as Concord stores them.
-type configMap struct {
-	Kind       string            `json:"kind,omitempty"`
-	APIVersion string            `json:"apiVersion,omitempty"`
-	Metadata   objectMeta        `json:"metadata"`
-	Data       map[string]string `json:"data,omitempty"`
-}
-
 type objectMeta struct {
 	Name              string `json:"name"`
 	Namespace         string `json:"namespace,omitempty"`
@@ -80,7 +74,7 @@ type objectMeta struct {
 // ConfigMap: apiVersion, kind, name, namespace, uid, creation time and data
 // (no resourceVersion: that is the key's ModRevision).
 func storedConfigMap(ns, name string, data map[string]string) ([]byte, error) {
-	return json.Marshal(configMap{
+	return json.Marshal(apiObject{
 		Kind:       "ConfigMap",
 		APIVersion: "v1",
 		Metadata: objectMeta{

@@ -6,14 +6,21 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"math"
 	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/concord-dev/concord/apiserver"
+	"github.com/concord-dev/concord/crdcleanup"
+	"github.com/concord-dev/concord/crdserving"
+	"github.com/concord-dev/concord/crdstatus"
 	"github.com/concord-dev/concord/etcdstore"
 	"github.com/concord-dev/concord/etcdstore/etcdtest"
 	"github.com/concord-dev/concord/internal/syncbuf"
@@ -21,16 +28,38 @@ import (
 )
 
 // startConcord runs Concord's handler on a loopback HTTP server over a real
-// embedded etcd (fsync off), as the apiserver tests do, and returns its URL
-// and the etcd.
+// embedded etcd (fsync off), as the apiserver tests do, with what run.go
+// runs beside it for CRDs (crdserving, crdstatus, crdcleanup), and returns
+// its URL and the etcd.
 func startConcord(t *testing.T) (string, *etcdtest.Etcd) {
 	t.Helper()
 	e := etcdtest.Start(t)
-	stores := registry.NewStores(etcdstore.New(e.Client, "/registry"), registry.DefaultWatchConfig())
-	handler := apiserver.New(apiserver.Config{
-		Stores: stores,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	storage := etcdstore.New(e.Client, "/registry")
+	stores := registry.NewStores(storage, registry.DefaultWatchConfig())
+	catalog := registry.NewCatalog(stores)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	gv := registry.CustomResourceDefinitions.GroupVersion
+	crds, ok := catalog.Lookup(gv.Group, gv.Version, registry.CustomResourceDefinitions.Plural)
+	if !ok {
+		t.Fatal("the catalog serves no CustomResourceDefinitions")
+	}
+	newStore := func(storage registry.Storage, res *registry.Resource) *registry.Store {
+		return registry.NewStore(storage, res, registry.DefaultWatchConfig())
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, run := range []func(context.Context){
+		crdserving.New(crds, catalog, storage, newStore, log).Run,
+		crdstatus.New(crds, log).Run,
+		crdcleanup.New(crds, storage, newStore, log).Run,
+	} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			run(runCtx)
+		}()
+	}
+	handler := apiserver.New(apiserver.Config{Catalog: catalog, Logger: log})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := registry.EnsureSystemNamespaces(ctx, stores); err != nil {
@@ -38,7 +67,9 @@ func startConcord(t *testing.T) (string, *etcdtest.Etcd) {
 	}
 	srv := httptest.NewServer(handler)
 	t.Cleanup(func() {
-		for _, s := range stores {
+		stop()
+		wg.Wait()
+		for _, s := range catalog.Stores() {
 			s.StopWatches()
 		}
 		srv.Close()
@@ -83,10 +114,13 @@ func runBench(t *testing.T, cfg Config) (*Report, string) {
 	return rep, progress.String()
 }
 
+// result is the summary of workload on target; target may be
+// name/resource.
 func result(t *testing.T, rep *Report, workload, target string) *Summary {
 	t.Helper()
+	name, res, _ := strings.Cut(target, "/")
 	for _, s := range rep.Results {
-		if s.Workload == workload && s.Target == target {
+		if s.Workload == workload && s.Target == name && (res == "" || s.Resource == res) {
 			return s
 		}
 	}
@@ -193,5 +227,178 @@ func TestOtherWorkloadsOnConcordAndEtcd(t *testing.T) {
 	var decoded map[string]any
 	if err := json.Unmarshal(out.Bytes(), &decoded); err != nil {
 		t.Errorf("JSON output does not decode: %v", err)
+	}
+}
+
+// TestCustomResourceOnConcord runs create, update, get, list and watch on
+// ConfigMaps and on widgets (the CRD apibench installs, with its CEL rule)
+// in one run, with the raw etcd first: every workload makes progress on
+// both resources without errors, the objects are as long as JSON, the
+// ratio widgets/configmaps is printed per workload, and the clean-up
+// deletes the objects and the CRD.
+func TestCustomResourceOnConcord(t *testing.T) {
+	url, e := startConcord(t)
+	cfg := benchConfig(url, e, "create", "update", "get", "list", "watch")
+	cfg.Targets = []TargetSpec{cfg.Targets[1], cfg.Targets[0]} // etcd first
+	cfg.Resources = []string{"configmaps", "widgets"}
+	cfg.GetObjects = 20
+	cfg.ListObjects = 30
+	cfg.Watchers = 3
+	cfg.WriteRate = 50
+	rep, progress := runBench(t, cfg)
+	if len(rep.Failures) > 0 {
+		t.Errorf("failures: %q", rep.Failures)
+	}
+	for _, line := range []string{"CRD widgets.bench.concord.dev created, Established after", "round 1/1 create target=concord/widgets", "round 1/1 create target=concord/configmaps", "round 1/1 create target=etcd:"} {
+		if !strings.Contains(progress, line) {
+			t.Errorf("progress has no %q", line)
+		}
+	}
+	for _, w := range []string{"create", "update", "get", "list", "watch"} {
+		for _, target := range []string{"etcd", "concord/configmaps", "concord/widgets"} {
+			s := result(t, rep, w, target)
+			if s.OpsMedian <= 0 || s.Errors > 0 {
+				t.Errorf("%s on %s: %g ops/s, %d errors (%s)", w, target, s.OpsMedian, s.Errors, s.Rounds[0].FirstError)
+			}
+		}
+		wid, cm, raw := result(t, rep, w, "concord/widgets"), result(t, rep, w, "concord/configmaps"), result(t, rep, w, "etcd")
+		want := wid.OpsMedian / cm.OpsMedian
+		if w == "watch" {
+			want = wid.P99ms / cm.P99ms
+		}
+		if math.Abs(float64(wid.ResourceRatio-want)) > 1e-9 || cm.ResourceRatio != 1 || !math.IsNaN(float64(raw.ResourceRatio)) {
+			t.Errorf("%s: resource ratios widgets %g (want %g), configmaps %g (want 1), etcd %g (want NaN)", w, wid.ResourceRatio, want, cm.ResourceRatio, raw.ResourceRatio)
+		}
+	}
+	if r := result(t, rep, "list", "concord/widgets").Rounds[0]; !r.itemsChecked || r.Items != 30 {
+		t.Errorf("list of widgets: items %d (checked %v); want 30", r.Items, r.itemsChecked)
+	}
+	if w := result(t, rep, "watch", "concord/widgets").Watch; w.Lost != 0 || w.Writes == 0 || w.Events != int64(w.Writes*3) {
+		t.Errorf("watch of widgets: %+v; want every write delivered to the 3 watchers", *w)
+	}
+	sizes := map[string]ObjectSize{}
+	for _, o := range rep.Objects {
+		sizes[o.Target+"/"+o.Resource] = o
+	}
+	cm, wid := sizes["concord/configmaps"], sizes["concord/widgets"]
+	if cm.Sent == 0 || cm.Sent != wid.Sent || wid.Payload >= cm.Payload || wid.Served < cm.Served || wid.Served > cm.Served+40 {
+		t.Errorf("object sizes: %+v; want the same JSON sent, a widget served at most 40 bytes longer (generation)", rep.Objects)
+	}
+	var table bytes.Buffer
+	writeTable(&table, rep)
+	for _, want := range []string{"vs configmaps", "widgets on concord, widgets/configmaps in this run: create ", "concord widgets: "} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("table has no %q", want)
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, prefix := range []string{"/registry/bench.concord.dev/widgets/", "/registry/configmaps/apibench"} {
+		resp, err := e.Client.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil || resp.Count != 0 {
+			t.Errorf("after the clean-up, %d keys under %s (%v)", resp.Count, prefix, err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := e.Client.Get(ctx, "/registry/apiextensions.k8s.io/customresourcedefinitions/widgets.bench.concord.dev")
+		if err == nil && len(resp.Kvs) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("the widgets CRD is still there 10 s after the clean-up (%v)", err)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestCRDsWorkload installs 5 CRDs through a real Concord and times
+// discovery and OpenAPI (no replica: that needs the binary), then deletes
+// them.
+func TestCRDsWorkload(t *testing.T) {
+	url, e := startConcord(t)
+	cfg := benchConfig(url, e, "crds")
+	cfg.Targets = cfg.Targets[:1]
+	cfg.CRDs = 5
+	cfg.Duration = 200 * time.Millisecond
+	rep, progress := runBench(t, cfg)
+	if len(rep.CRDs) != 1 {
+		t.Fatalf("%d crds results; want 1", len(rep.CRDs))
+	}
+	c := rep.CRDs[0]
+	if !(c.CreatedSec > 0 && c.EstablishedSec > 0 && c.ServedSec >= c.EstablishedSec && c.DeletedSec > 0) {
+		t.Errorf("crds: created %gs, established %gs, served %gs, deleted %gs; want positive, in this order", c.CreatedSec, c.EstablishedSec, c.ServedSec, c.DeletedSec)
+	}
+	if len(c.Endpoints) != 5 {
+		t.Fatalf("%d endpoints; want 5", len(c.Endpoints))
+	}
+	for _, ep := range c.Endpoints[:4] {
+		if ep.Code != 200 || ep.Requests == 0 || ep.Errors > 0 || ep.Bytes == 0 {
+			t.Errorf("endpoint %s: %+v; want 200s, some requests, no errors", ep.Name, *ep)
+		}
+	}
+	if !strings.Contains(progress, "5 CRDs created in") || !strings.Contains(progress, "round 1/1 crds openapi v2 target=concord") {
+		t.Errorf("progress lacks the install or the endpoint windows")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := e.Client.Get(ctx, "/registry/apiextensions.k8s.io/customresourcedefinitions/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || resp.Count != 0 {
+		t.Errorf("%d CRDs left after the run (%v)", resp.Count, err)
+	}
+}
+
+// TestCustomResourceRunAfterRun runs widgets twice in a row: the second
+// run finds the CRD the first deleted still terminating, waits until it
+// is gone and creates it anew (a terminating CRD refuses creates).
+func TestCustomResourceRunAfterRun(t *testing.T) {
+	url, e := startConcord(t)
+	cfg := benchConfig(url, e, "create")
+	cfg.Targets = cfg.Targets[:1]
+	cfg.Resources = []string{"widgets"}
+	for run := range 2 {
+		rep, progress := runBench(t, cfg)
+		if s := result(t, rep, "create", "concord/widgets"); s.OpsMedian <= 0 || s.Errors > 0 {
+			t.Errorf("run %d: %g creates/s, %d errors", run+1, s.OpsMedian, s.Errors)
+		}
+		if !strings.Contains(progress, "CRD widgets.bench.concord.dev created") {
+			t.Errorf("run %d did not create the CRD", run+1)
+		}
+	}
+}
+
+// TestCRDsWorkloadWithReplica builds the concord binary and runs the crds
+// workload with replicas of it on the test's etcd: each replica's start-up
+// is timed and its memory read, before and after 3 CRDs.
+func TestCRDsWorkloadWithReplica(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds cmd/concord")
+	}
+	bin := filepath.Join(t.TempDir(), "concord")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/concord-dev/concord/cmd/concord").CombinedOutput(); err != nil {
+		t.Fatalf("go build cmd/concord: %v\n%s", err, out)
+	}
+	url, e := startConcord(t)
+	cfg := benchConfig(url, e, "crds")
+	cfg.Targets = cfg.Targets[:1]
+	cfg.CRDs = 3
+	cfg.Duration = 100 * time.Millisecond
+	cfg.ReplicaBin, cfg.ReplicaEtcd = bin, e.Endpoint
+	rep, _ := runBench(t, cfg)
+	c := rep.CRDs[0]
+	if len(c.Replicas) != 2 {
+		t.Fatalf("%d replicas measured; want 2", len(c.Replicas))
+	}
+	before, after := c.Replicas[0], c.Replicas[1]
+	if before.CRDs != 0 || after.CRDs != 3 || after.Groups != before.Groups+3 {
+		t.Errorf("replicas: %+v then %+v; want 0 then 3 CRDs, 3 more API groups", before, after)
+	}
+	if !(before.ReadySec > 0) || !math.IsNaN(float64(before.ServedSec)) || !(after.ServedSec >= after.ReadySec) {
+		t.Errorf("start-up: before %+v, after %+v", before, after)
+	}
+	if !(before.RSSKiB > 1024) || !(after.HeapKiB > 0) || math.IsNaN(float64(c.RSSPerCRDKiB)) || math.IsNaN(float64(c.HeapPerCRDKiB)) {
+		t.Errorf("memory: before %+v, after %+v, per CRD %g KiB RSS, %g KiB heap", before.Memory, after.Memory, c.RSSPerCRDKiB, c.HeapPerCRDKiB)
 	}
 }

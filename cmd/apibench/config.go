@@ -21,7 +21,17 @@ const (
 )
 
 // The workloads, in the order they run when several are selected.
-var allWorkloads = []string{"create", "update", "contended", "get", "list", "watch"}
+// defaultWorkloads run when --workload is not given; crds (install many
+// CRDs, then time discovery, OpenAPI, start-up and memory) runs only when
+// asked for, last.
+var (
+	defaultWorkloads = []string{"create", "update", "contended", "get", "list", "watch"}
+	allWorkloads     = append(slices.Clone(defaultWorkloads), "crds")
+)
+
+// The resources the API workloads can write (--resource): ConfigMaps, or
+// widgets, a custom resource whose CRD apibench installs.
+var allResources = []string{"configmaps", "widgets"}
 
 // TargetSpec is one --target, --kubeconfig or --etcd flag.
 type TargetSpec struct {
@@ -44,8 +54,13 @@ type Config struct {
 	// Duration is the length of one target's window in one round.
 	Duration time.Duration
 	Workers  int
-	// ObjectSize is the bytes of data every ConfigMap carries.
-	ObjectSize  int
+	// ObjectSize is the bytes of data every ConfigMap carries; a custom
+	// object carries fewer, so that its JSON is as long (resource.go).
+	ObjectSize int
+	// Resources are what the API targets' workloads write, each measured
+	// as a target of its own (etcd targets keep Concord's ConfigMap
+	// layout); the first is the one resourceRatio is relative to.
+	Resources   []string
 	GetObjects  int
 	ListObjects int
 	Watchers    int
@@ -63,6 +78,13 @@ type Config struct {
 	// (for an etcd target: etcd itself) and to the etcd behind it.
 	ServerPIDs map[string]int
 	EtcdPIDs   map[string]int
+	// CRDs is how many CRDs the crds workload installs.
+	CRDs int
+	// ReplicaBin, when set, is the concord binary the crds workload starts
+	// replicas of on ReplicaEtcd (the target's etcd), to time their
+	// start-up and measure their memory with 0 and with CRDs CRDs.
+	ReplicaBin  string
+	ReplicaEtcd string
 }
 
 // DefaultConfig is issue 7's set-up: 16 workers, 1 KiB objects, 5 rounds of
@@ -70,11 +92,12 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		EtcdPrefix:     "/registry",
-		Workloads:      slices.Clone(allWorkloads),
+		Workloads:      slices.Clone(defaultWorkloads),
 		Rounds:         5,
 		Duration:       5 * time.Second,
 		Workers:        16,
 		ObjectSize:     1024,
+		Resources:      []string{"configmaps"},
 		GetObjects:     1000,
 		ListObjects:    2000,
 		Watchers:       200,
@@ -85,6 +108,7 @@ func DefaultConfig() Config {
 		RequestTimeout: 30 * time.Second,
 		ServerPIDs:     map[string]int{},
 		EtcdPIDs:       map[string]int{},
+		CRDs:           500,
 	}
 }
 
@@ -105,19 +129,22 @@ func (cfg *Config) AddFlags(fs *flag.FlagSet) {
 	fs.Func("kubeconfig", "`name=PATH` of a kubeconfig whose current context is the API to measure (host, TLS and credentials from it); repeatable", target(kindKubeconfig))
 	fs.Func("etcd", "`name=URL` of raw etcd (comma-separated client URLs), measured with the same operations as bare etcd transactions; repeatable", target(kindEtcd))
 	fs.StringVar(&cfg.EtcdPrefix, "etcd-prefix", cfg.EtcdPrefix, "key prefix of the etcd targets' keys (<prefix>/configmaps/<namespace>/<name>, as Concord's)")
-	fs.Func("workload", "comma-separated workloads, run in this order: "+strings.Join(allWorkloads, ",")+" (default all)", func(s string) error {
-		cfg.Workloads = nil
-		for _, w := range strings.Split(s, ",") {
-			if w = strings.TrimSpace(w); w != "" && !slices.Contains(cfg.Workloads, w) {
-				cfg.Workloads = append(cfg.Workloads, w)
-			}
-		}
+	fs.Func("workload", "comma-separated workloads, run in this order: "+strings.Join(allWorkloads, ",")+" (default "+strings.Join(defaultWorkloads, ",")+"; crds only when named)", func(s string) error {
+		cfg.Workloads = commaList(s)
 		return nil
 	})
+	fs.Func("resource", "comma-separated resources the API targets' workloads write: "+strings.Join(allResources, ",")+
+		" (a custom resource whose CRD, with one CEL rule, apibench installs); each is measured as a target of its own, and the others get their ratio to the first (default configmaps)", func(s string) error {
+		cfg.Resources = commaList(s)
+		return nil
+	})
+	fs.IntVar(&cfg.CRDs, "crds", cfg.CRDs, "CRDs the crds workload installs (distinct groups and kinds, small schemas)")
+	fs.StringVar(&cfg.ReplicaBin, "replica-bin", cfg.ReplicaBin, "concord binary the crds workload starts replicas of on --replica-etcd, to time their start-up and measure memory per idle CRD (none: not measured)")
+	fs.StringVar(&cfg.ReplicaEtcd, "replica-etcd", cfg.ReplicaEtcd, "comma-separated etcd client URLs of the target, for the replicas of --replica-bin (their --etcd-servers)")
 	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "rounds of every workload; each round gives every target one window, in flag order")
 	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "length of one target's window in one round")
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "concurrent workers of create, update, contended, get and list")
-	fs.IntVar(&cfg.ObjectSize, "object-size", cfg.ObjectSize, "bytes of data in every ConfigMap")
+	fs.IntVar(&cfg.ObjectSize, "object-size", cfg.ObjectSize, "bytes of data in every ConfigMap (a custom object carries fewer, so that its JSON is as long)")
 	fs.IntVar(&cfg.GetObjects, "get-objects", cfg.GetObjects, "objects the get workload reads at random")
 	fs.IntVar(&cfg.ListObjects, "list-objects", cfg.ListObjects, "objects every list of the list workload returns")
 	fs.IntVar(&cfg.Watchers, "watchers", cfg.Watchers, "watches the watch workload opens per window")
@@ -149,6 +176,18 @@ func (cfg *Config) Complete() {
 	slices.SortStableFunc(cfg.Workloads, func(a, b string) int {
 		return slices.Index(allWorkloads, a) - slices.Index(allWorkloads, b)
 	})
+}
+
+// commaList splits a comma-separated flag value, without blanks or
+// repeats.
+func commaList(s string) []string {
+	var out []string
+	for _, w := range strings.Split(s, ",") {
+		if w = strings.TrimSpace(w); w != "" && !slices.Contains(out, w) {
+			out = append(out, w)
+		}
+	}
+	return out
 }
 
 // targetName keeps names short DNS labels: they become parts of namespace
@@ -200,6 +239,34 @@ func (cfg *Config) Validate() error {
 	for _, w := range cfg.Workloads {
 		if !slices.Contains(allWorkloads, w) {
 			errs = append(errs, fmt.Errorf("--workload: %q is not one of %s", w, strings.Join(allWorkloads, ",")))
+		}
+	}
+	if len(cfg.Resources) == 0 {
+		errs = append(errs, errors.New("--resource: none given"))
+	}
+	for _, r := range cfg.Resources {
+		if !slices.Contains(allResources, r) {
+			errs = append(errs, fmt.Errorf("--resource: %q is not one of %s", r, strings.Join(allResources, ",")))
+		}
+	}
+	if slices.Contains(cfg.Workloads, "crds") {
+		api := false
+		for _, t := range cfg.Targets {
+			api = api || t.Kind != kindEtcd
+		}
+		if !api && len(cfg.Targets) > 0 {
+			errs = append(errs, errors.New("--workload crds: needs an API target (--target or --kubeconfig); raw etcd has no CRDs"))
+		}
+		if cfg.CRDs <= 0 || cfg.CRDs > 10000 {
+			errs = append(errs, fmt.Errorf("--crds: %d must be 1-10000", cfg.CRDs))
+		}
+	}
+	if (cfg.ReplicaBin == "") != (cfg.ReplicaEtcd == "") {
+		errs = append(errs, errors.New("--replica-bin and --replica-etcd: give both or neither"))
+	}
+	for _, u := range strings.Split(cfg.ReplicaEtcd, ",") {
+		if cfg.ReplicaEtcd != "" && !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+			errs = append(errs, fmt.Errorf("--replica-etcd: %q is not a URL like http://127.0.0.1:2379", u))
 		}
 	}
 	if !regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`).MatchString(cfg.Namespace) || len(cfg.Namespace) > 30 {

@@ -115,7 +115,7 @@ func (b *etcdBackend) get(ctx context.Context, ns, name string) (map[string]stri
 	if len(resp.Kvs) == 0 {
 		return nil, 0, errNotFound
 	}
-	var cm configMap
+	var cm apiObject
 	if err := json.Unmarshal(resp.Kvs[0].Value, &cm); err != nil {
 		return nil, 0, fmt.Errorf("get %s: decode: %w", key, err)
 	}
@@ -186,7 +186,7 @@ func (b *etcdBackend) watch(ctx context.Context, ns string, rv int64, handle fun
 					we.Type = "MODIFIED"
 				}
 				if ev.Type == mvccpb.Event_PUT {
-					var cm configMap
+					var cm apiObject
 					if err := json.Unmarshal(ev.Kv.Value, &cm); err == nil {
 						we.Data = cm.Data
 					}

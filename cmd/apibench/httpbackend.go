@@ -23,6 +23,8 @@ import (
 // httpBackend speaks the kube JSON API with net/http and encoding/json.
 type httpBackend struct {
 	base string // scheme://host[/path], no trailing slash
+	// res is what create, update, get, list and watch work on.
+	res resource
 	// client bounds every request by the request timeout; watches use
 	// stream, which has no timeout.
 	client *http.Client
@@ -45,6 +47,7 @@ func newHTTPBackend(base string, conns int, timeout time.Duration) *httpBackend 
 	}
 	return &httpBackend{
 		base:   strings.TrimRight(base, "/"),
+		res:    configMaps,
 		client: &http.Client{Transport: tr, Timeout: timeout},
 		stream: &http.Client{Transport: tr},
 		closer: tr.CloseIdleConnections,
@@ -76,6 +79,7 @@ func kubeconfigBackend(rc *rest.Config, timeout time.Duration) (*httpBackend, er
 	}
 	b := &httpBackend{
 		base:   strings.TrimRight(host.String(), "/"),
+		res:    configMaps,
 		client: &http.Client{Transport: rt, Timeout: timeout},
 		stream: &http.Client{Transport: rt},
 		closer: func() {},
@@ -88,8 +92,16 @@ func kubeconfigBackend(rc *rest.Config, timeout time.Duration) (*httpBackend, er
 
 func (b *httpBackend) close() { b.closer() }
 
-func (b *httpBackend) configMaps(ns string) string {
-	return b.base + "/api/v1/namespaces/" + url.PathEscape(ns) + "/configmaps"
+// collection is the URL of the resource's objects in namespace ns.
+func (b *httpBackend) collection(ns string) string {
+	return b.base + b.res.collection(ns)
+}
+
+// withResource is a backend for res over the same connections.
+func (b *httpBackend) withResource(res resource) *httpBackend {
+	c := *b
+	c.res = res
+	return &c
 }
 
 var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
@@ -142,8 +154,17 @@ func (b *httpBackend) do(ctx context.Context, method, u string, body []byte) (*b
 	if msg == "" {
 		msg = strings.TrimSpace(string(buf.Bytes()[:min(buf.Len(), 200)]))
 	}
-	return nil, fmt.Errorf("%s %s: %s: %s", method, u, resp.Status, msg)
+	return nil, &statusError{code: resp.StatusCode, msg: fmt.Sprintf("%s %s: %s: %s", method, u, resp.Status, msg)}
 }
+
+// statusError is an answer outside 2xx that is none of errConflict,
+// errExists and errNotFound.
+type statusError struct {
+	code int
+	msg  string
+}
+
+func (e *statusError) Error() string { return e.msg }
 
 func (b *httpBackend) ensureNamespace(ctx context.Context, ns string) (bool, error) {
 	body, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]string{"name": ns}})
@@ -171,8 +192,8 @@ func (b *httpBackend) deleteNamespace(ctx context.Context, ns string) error {
 
 // write sends a create (POST) or replace (PUT) and returns the
 // resourceVersion of the answer.
-func (b *httpBackend) write(ctx context.Context, method, u string, cm *configMap) (int64, error) {
-	body, err := json.Marshal(cm)
+func (b *httpBackend) write(ctx context.Context, method, u string, obj *apiObject) (int64, error) {
+	body, err := json.Marshal(obj)
 	if err != nil {
 		return 0, err
 	}
@@ -181,40 +202,39 @@ func (b *httpBackend) write(ctx context.Context, method, u string, cm *configMap
 		return 0, err
 	}
 	defer bufPool.Put(buf)
-	var out configMap
+	var out apiObject
 	if err := json.Unmarshal(buf.Bytes(), &out); err != nil {
-		return 0, fmt.Errorf("%s %s: decode the ConfigMap: %w", method, u, err)
+		return 0, fmt.Errorf("%s %s: decode the %s: %w", method, u, b.res.Kind, err)
 	}
 	return parseRV(out.Metadata.ResourceVersion)
 }
 
 func (b *httpBackend) create(ctx context.Context, ns, name string, data map[string]string) (int64, error) {
-	cm := &configMap{Kind: "ConfigMap", APIVersion: "v1", Metadata: objectMeta{Name: name, Namespace: ns}, Data: data}
-	return b.write(ctx, http.MethodPost, b.configMaps(ns), cm)
+	return b.write(ctx, http.MethodPost, b.collection(ns), b.res.object(ns, name, "", data))
 }
 
 func (b *httpBackend) update(ctx context.Context, ns, name string, data map[string]string, rv int64) (int64, error) {
-	cm := &configMap{Kind: "ConfigMap", APIVersion: "v1", Metadata: objectMeta{Name: name, Namespace: ns, ResourceVersion: strconv.FormatInt(rv, 10)}, Data: data}
-	return b.write(ctx, http.MethodPut, b.configMaps(ns)+"/"+url.PathEscape(name), cm)
+	obj := b.res.object(ns, name, strconv.FormatInt(rv, 10), data)
+	return b.write(ctx, http.MethodPut, b.collection(ns)+"/"+url.PathEscape(name), obj)
 }
 
 func (b *httpBackend) get(ctx context.Context, ns, name string) (map[string]string, int64, error) {
-	u := b.configMaps(ns) + "/" + url.PathEscape(name)
+	u := b.collection(ns) + "/" + url.PathEscape(name)
 	buf, err := b.do(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, 0, err
 	}
 	defer bufPool.Put(buf)
-	var out configMap
+	var out apiObject
 	if err := json.Unmarshal(buf.Bytes(), &out); err != nil {
-		return nil, 0, fmt.Errorf("GET %s: decode the ConfigMap: %w", u, err)
+		return nil, 0, fmt.Errorf("GET %s: decode the %s: %w", u, b.res.Kind, err)
 	}
 	rv, err := parseRV(out.Metadata.ResourceVersion)
-	return out.Data, rv, err
+	return out.data(), rv, err
 }
 
 func (b *httpBackend) list(ctx context.Context, ns string, check bool) (int, int64, error) {
-	u := b.configMaps(ns)
+	u := b.collection(ns)
 	buf, err := b.do(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return 0, 0, err
@@ -245,7 +265,7 @@ func (b *httpBackend) list(ctx context.Context, ns string, check bool) (int, int
 }
 
 func (b *httpBackend) watch(ctx context.Context, ns string, rv int64, handle func(watchEvent)) (*watchStream, error) {
-	u := b.configMaps(ns) + "?watch=1&resourceVersion=" + strconv.FormatInt(rv, 10)
+	u := b.collection(ns) + "?watch=1&resourceVersion=" + strconv.FormatInt(rv, 10)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, err
@@ -278,13 +298,13 @@ func (b *httpBackend) watch(ctx context.Context, ns string, rv int64, handle fun
 			if len(bytes.TrimSpace(line)) > 0 {
 				var ev struct {
 					Type   string    `json:"type"`
-					Object configMap `json:"object"`
+					Object apiObject `json:"object"`
 				}
 				if jerr := json.Unmarshal(line, &ev); jerr != nil {
 					ws.Err = fmt.Errorf("watch %s: undecodable event: %w", u, jerr)
 					return
 				}
-				we := watchEvent{Type: ev.Type, Data: ev.Object.Data, Received: now}
+				we := watchEvent{Type: ev.Type, Data: ev.Object.data(), Received: now}
 				if ev.Type == "ERROR" {
 					ws.Err = fmt.Errorf("watch %s: ERROR event: %s", u, bytes.TrimSpace(line))
 					return
@@ -305,7 +325,7 @@ func (b *httpBackend) watch(ctx context.Context, ns string, rv int64, handle fun
 
 func (b *httpBackend) deleteAll(ctx context.Context, ns string, names []string, progress func(int)) error {
 	return parallel(ctx, len(names), 16, progress, func(ctx context.Context, i int) error {
-		buf, err := b.do(ctx, http.MethodDelete, b.configMaps(ns)+"/"+url.PathEscape(names[i]), nil)
+		buf, err := b.do(ctx, http.MethodDelete, b.collection(ns)+"/"+url.PathEscape(names[i]), nil)
 		if err == nil {
 			bufPool.Put(buf)
 		}

@@ -3,10 +3,13 @@ package main
 import (
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -254,7 +257,7 @@ current-context: ctx
 		t.Fatalf("kubeconfig backend: %v", err)
 	}
 	defer b.close()
-	if got, want := b.configMaps("ns"), "https://127.0.0.1:6443/prefix/api/v1/namespaces/ns/configmaps"; got != want {
+	if got, want := b.collection("ns"), "https://127.0.0.1:6443/prefix/api/v1/namespaces/ns/configmaps"; got != want {
 		t.Errorf("configmaps URL = %q; want %q", got, want)
 	}
 	if _, err := newKubeconfigBackend(filepath.Join(t.TempDir(), "missing"), time.Second); err == nil {
@@ -313,5 +316,286 @@ func TestStoredConfigMap(t *testing.T) {
 	}
 	if !strings.HasPrefix(string(value), `{"kind":"ConfigMap","apiVersion":"v1",`) {
 		t.Errorf("stored ConfigMap does not start as Concord's: %.60s", value)
+	}
+}
+
+func TestResourceFlags(t *testing.T) {
+	cfg, err := parseFlags(t, "--target", "concord=http://127.0.0.1:8080", "--resource", "configmaps, widgets,configmaps")
+	if err != nil {
+		t.Fatalf("valid flags: %v", err)
+	}
+	if diff := cmp.Diff([]string{"configmaps", "widgets"}, cfg.Resources); diff != "" {
+		t.Errorf("resources, in flag order, once each (-want +got):\n%s", diff)
+	}
+	if d := DefaultConfig(); !slices.Equal(d.Resources, []string{"configmaps"}) || !slices.Equal(d.Workloads, defaultWorkloads) || slices.Contains(d.Workloads, "crds") || d.CRDs != 500 {
+		t.Errorf("defaults: resources %q, workloads %q, crds %d; want configmaps, the six without crds, 500", d.Resources, d.Workloads, d.CRDs)
+	}
+	cfg, err = parseFlags(t, "--target", "concord=http://127.0.0.1:8080", "--workload", "crds,get", "--crds", "20",
+		"--replica-bin", "/tmp/concord", "--replica-etcd", "http://127.0.0.1:2379")
+	if err != nil {
+		t.Fatalf("valid crds flags: %v", err)
+	}
+	if diff := cmp.Diff([]string{"get", "crds"}, cfg.Workloads); diff != "" {
+		t.Errorf("crds runs last (-want +got):\n%s", diff)
+	}
+	if cfg.CRDs != 20 || cfg.ReplicaBin != "/tmp/concord" || cfg.ReplicaEtcd != "http://127.0.0.1:2379" {
+		t.Errorf("crds %d, replica %q on %q", cfg.CRDs, cfg.ReplicaBin, cfg.ReplicaEtcd)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--target", "a=http://x", "--resource", "gadgets"}, `--resource: "gadgets" is not one of configmaps,widgets`},
+		{[]string{"--target", "a=http://x", "--resource", ","}, "--resource: none given"},
+		{[]string{"--etcd", "a=http://x", "--workload", "crds"}, "needs an API target"},
+		{[]string{"--target", "a=http://x", "--workload", "crds", "--crds", "0"}, "--crds: 0 must be"},
+		{[]string{"--target", "a=http://x", "--replica-bin", "/tmp/concord"}, "give both or neither"},
+		{[]string{"--target", "a=http://x", "--replica-bin", "c", "--replica-etcd", "127.0.0.1:2379"}, "--replica-etcd"},
+	} {
+		_, err := parseFlags(t, tc.args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("flags %q: error %v; want one containing %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// TestConnectPerResource checks that an API target is measured once per
+// resource, over the same connections, and an etcd target once.
+func TestConnectPerResource(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Targets = []TargetSpec{{Name: "etcd", Kind: kindEtcd, Addr: "http://127.0.0.1:1"}, {Name: "concord", Kind: kindURL, Addr: "http://127.0.0.1:2"}}
+	cfg.ServerPIDs["concord"] = 7
+	cfg.Resources = []string{"configmaps", "widgets"}
+	targets, err := connect(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, t := range targets {
+			t.b.close()
+		}
+	}()
+	var got []string
+	for _, tg := range targets {
+		got = append(got, fmt.Sprintf("%s %s pid=%d api=%v", tg.label, tg.res.Name, tg.serverPID, tg.api != nil))
+	}
+	want := []string{"etcd configmaps pid=0 api=false", "concord/configmaps configmaps pid=7 api=true", "concord/widgets widgets pid=7 api=true"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("targets (-want +got):\n%s", diff)
+	}
+	if targets[1].api.client != targets[2].api.client {
+		t.Error("the two resources of one API target do not share its connections")
+	}
+	if got, want := targets[2].api.collection("ns"), "http://127.0.0.1:2/apis/bench.concord.dev/v1/namespaces/ns/widgets"; got != want {
+		t.Errorf("widgets URL = %q; want %q", got, want)
+	}
+	cfg.Resources = []string{"configmaps"}
+	one, err := connect(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tg := range one {
+		tg.b.close()
+	}
+	if len(one) != 2 || one[1].label != "concord" {
+		t.Errorf("a ConfigMaps-only run labels its API target %q; want concord, as before --resource", one[1].label)
+	}
+}
+
+// TestResourceObjects checks the bodies apibench sends: a ConfigMap with
+// data, a widget whose spec satisfies its CEL rule and carries the data,
+// both equally long as JSON for the same payload size.
+func TestResourceObjects(t *testing.T) {
+	data := map[string]string{"payload": "xyz"}
+	cm, err := json.Marshal(configMaps.object("ns", "o", "", data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(cm), `{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"o","namespace":"ns"},"data":{"payload":"xyz"}}`; got != want {
+		t.Errorf("ConfigMap = %s; want %s", got, want)
+	}
+	w, err := json.Marshal(widgets.object("ns", "o", "12", data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(w), `{"kind":"Widget","apiVersion":"bench.concord.dev/v1","metadata":{"name":"o","namespace":"ns","resourceVersion":"12"},"spec":{"replicas":1,"maxReplicas":3,"data":{"payload":"xyz"}}}`; got != want {
+		t.Errorf("widget = %s; want %s", got, want)
+	}
+	var back apiObject
+	if err := json.Unmarshal(w, &back); err != nil || !maps.Equal(back.data(), data) {
+		t.Errorf("a widget's data reads back as %v (%v); want %v", back.data(), err, data)
+	}
+	if err := json.Unmarshal(cm, &back); err != nil || !maps.Equal(back.data(), data) {
+		t.Errorf("a ConfigMap's data reads back as %v (%v)", back.data(), err)
+	}
+	for _, size := range []int{200, 1024, 4096} {
+		if configMaps.payloadSize(size) != size {
+			t.Errorf("ConfigMap payload for %d = %d; want %d", size, configMaps.payloadSize(size), size)
+		}
+		body := func(r resource) int {
+			b, _ := json.Marshal(r.object("apibench", "concord-c-abc123-3-17", "", map[string]string{"payload": payload(r.payloadSize(size))}))
+			return len(b)
+		}
+		if c, w := body(configMaps), body(widgets); c != w || widgets.payloadSize(size) >= size {
+			t.Errorf("--object-size %d: a ConfigMap is %d bytes of JSON, a widget %d (payload %d); want the same", size, c, w, widgets.payloadSize(size))
+		}
+	}
+	if got, want := widgets.collection("a b"), "/apis/bench.concord.dev/v1/namespaces/a%20b/widgets"; got != want {
+		t.Errorf("widgets path = %q; want %q", got, want)
+	}
+	if got, want := configMaps.collection("ns"), "/api/v1/namespaces/ns/configmaps"; got != want {
+		t.Errorf("configmaps path = %q; want %q", got, want)
+	}
+	if resourceNamed("widgets") != widgets || resourceNamed("configmaps") != configMaps {
+		t.Error("resourceNamed")
+	}
+}
+
+// TestWidgetCRD checks the CRD apibench installs: its name and group are
+// the resource's, and it has exactly one CEL rule, which the widgets
+// apibench writes satisfy.
+func TestWidgetCRD(t *testing.T) {
+	var crd struct {
+		Metadata struct{ Name string } `json:"metadata"`
+		Spec     struct {
+			Group    string `json:"group"`
+			Names    struct{ Plural, Kind string }
+			Versions []struct {
+				Name   string `json:"name"`
+				Schema struct {
+					OpenAPIV3Schema struct {
+						Properties map[string]struct {
+							Validations []struct{ Rule string } `json:"x-kubernetes-validations"`
+							Required    []string                `json:"required"`
+						} `json:"properties"`
+					} `json:"openAPIV3Schema"`
+				} `json:"schema"`
+			} `json:"versions"`
+		} `json:"spec"`
+	}
+	if err := json.Unmarshal([]byte(widgetCRD), &crd); err != nil {
+		t.Fatalf("widgetCRD is not JSON: %v", err)
+	}
+	if crd.Metadata.Name != widgets.crdName() || crd.Spec.Group != widgets.Group || crd.Spec.Names.Plural != widgets.Name || crd.Spec.Names.Kind != widgets.Kind || len(crd.Spec.Versions) != 1 || crd.Spec.Versions[0].Name != widgets.Version {
+		t.Fatalf("CRD %+v does not define %+v", crd, widgets)
+	}
+	spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
+	if len(spec.Validations) != 1 || spec.Validations[0].Rule != "self.replicas <= self.maxReplicas" {
+		t.Errorf("CEL rules %+v; want self.replicas <= self.maxReplicas alone", spec.Validations)
+	}
+	if !(widgetReplicas <= widgetMaxReplicas) || !slices.Equal(spec.Required, []string{"replicas", "maxReplicas"}) {
+		t.Errorf("the widgets apibench writes break the rule, or the schema does not require its fields: %v", spec.Required)
+	}
+}
+
+// TestBenchCRDs checks the crds workload's CRDs: JSON, distinct groups,
+// kinds and names, the run's label, names within kube's limits.
+func TestBenchCRDs(t *testing.T) {
+	names, groups, kinds := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	for i := range 500 {
+		name, group, body := benchCRD("ab12cd", i)
+		var crd struct {
+			Metadata struct {
+				Name   string            `json:"name"`
+				Labels map[string]string `json:"labels"`
+			} `json:"metadata"`
+			Spec struct {
+				Group string `json:"group"`
+				Names struct {
+					Plural, Singular, Kind string
+				} `json:"names"`
+			} `json:"spec"`
+		}
+		if err := json.Unmarshal(body, &crd); err != nil {
+			t.Fatalf("CRD %d is not JSON: %v\n%s", i, err, body)
+		}
+		if crd.Metadata.Name != name || crd.Spec.Group != group || name != crd.Spec.Names.Plural+"."+group || crd.Metadata.Labels[crdLabel] != "ab12cd" {
+			t.Errorf("CRD %d: %+v; name %q group %q", i, crd, name, group)
+		}
+		if !strings.HasSuffix(group, crdGroupSuffix("ab12cd")) || len(name) > 253 || len(strings.Split(group, ".")[0]) > 63 {
+			t.Errorf("CRD %d: group %q name %q", i, group, name)
+		}
+		names[name], groups[group], kinds[crd.Spec.Names.Kind] = true, true, true
+	}
+	if len(names) != 500 || len(groups) != 500 || len(kinds) != 500 {
+		t.Errorf("%d names, %d groups, %d kinds; want 500 distinct each", len(names), len(groups), len(kinds))
+	}
+	if got := countSuffix([]string{"g0001" + crdGroupSuffix("x"), "apps", "g0002" + crdGroupSuffix("y")}, crdGroupSuffix("x")); got != 1 {
+		t.Errorf("countSuffix = %d; want 1", got)
+	}
+}
+
+func TestResourceRatios(t *testing.T) {
+	s := func(target, kind, res string, ops, p99 float64) *Summary {
+		return &Summary{Workload: "create", Target: target, Kind: kind, Resource: res, OpsMedian: jfloat(ops), P99ms: jfloat(p99)}
+	}
+	raw, cm, w := s("etcd", kindEtcd, "configmaps", 1000, 1), s("concord", kindURL, "configmaps", 500, 2), s("concord", kindURL, "widgets", 450, 4)
+	resourceRatios([]*Summary{raw, cm, w}, "configmaps")
+	if !math.IsNaN(float64(raw.ResourceRatio)) || cm.ResourceRatio != 1 || w.ResourceRatio != 0.9 {
+		t.Errorf("ratios etcd %g, configmaps %g, widgets %g; want NaN, 1, 0.9", raw.ResourceRatio, cm.ResourceRatio, w.ResourceRatio)
+	}
+	for _, x := range []*Summary{cm, w} {
+		x.Workload = "watch"
+	}
+	resourceRatios([]*Summary{cm, w}, "configmaps")
+	if w.ResourceRatio != 2 {
+		t.Errorf("watch: widgets ratio %g; want 2 (p99 4ms / 2ms)", w.ResourceRatio)
+	}
+	only := s("concord", kindURL, "widgets", 1, 1)
+	resourceRatios([]*Summary{only}, "widgets")
+	if !math.IsNaN(float64(only.ResourceRatio)) {
+		t.Errorf("one resource: ratio %g; want NaN", only.ResourceRatio)
+	}
+}
+
+func TestMetricValue(t *testing.T) {
+	text := "# HELP go_memstats_heap_inuse_bytes x\n# TYPE go_memstats_heap_inuse_bytes gauge\ngo_memstats_heap_inuse_bytes 1.7743872e+07\ngo_memstats_heap_inuse_bytes_total 3\n"
+	if got := metricValue(text, "go_memstats_heap_inuse_bytes"); got != 1.7743872e+07 {
+		t.Errorf("metricValue = %g", got)
+	}
+	if got := metricValue(text, "missing"); !math.IsNaN(got) {
+		t.Errorf("missing metric = %g; want NaN", got)
+	}
+	if got := perCRD(3000, 1000, 500); got != 4 {
+		t.Errorf("perCRD = %g; want 4", got)
+	}
+	if got := perCRD(jfloat(nan), 1000, 500); !math.IsNaN(got) {
+		t.Errorf("perCRD of unknown = %g; want NaN", got)
+	}
+}
+
+// TestTablesWithResources checks the columns a custom-resource run adds,
+// and the crds section.
+func TestTablesWithResources(t *testing.T) {
+	rep := &Report{Targets: []TargetSpec{{Name: "concord", Kind: kindURL}}, Resources: []string{"configmaps", "widgets"}, Rounds: 1, Duration: "1s",
+		Objects: []ObjectSize{{Target: "concord", Resource: "widgets", Payload: 971, Sent: 1144, Served: 1271}},
+		Results: []*Summary{
+			{Workload: "create", Target: "concord", Kind: kindURL, Resource: "configmaps", OpsMedian: 100, Ratio: 1, ResourceRatio: 1},
+			{Workload: "create", Target: "concord", Kind: kindURL, Resource: "widgets", OpsMedian: 93, Ratio: 0.93, ResourceRatio: 0.93},
+		},
+		CRDs: []*CRDResult{{Target: "concord", CRDs: 500, Workers: 16, CreatedSec: 10, EstablishedSec: 11, ServedSec: 12,
+			Replicas:     []ReplicaResult{{CRDs: 0, ReadySec: 0.5, ServedSec: jfloat(nan), Memory: Memory{RSSKiB: 50 << 10, HeapKiB: 20 << 10}}, {CRDs: 500, ReadySec: 0.9, ServedSec: 2, Memory: Memory{RSSKiB: 100 << 10, HeapKiB: 60 << 10}}},
+			RSSPerCRDKiB: 102.4, HeapPerCRDKiB: 81.9, TargetRSSPerCRDKiB: jfloat(nan), TargetHeapPerCRDKiB: jfloat(nan),
+			Endpoints: []*EndpointResult{{Name: "openapi v2", Path: "/openapi/v2", Code: 200, Bytes: 2e6, FirstMs: 1500, Requests: 3, P50ms: 400, P99ms: 1200, MaxMs: 1200}}}},
+	}
+	var out strings.Builder
+	writeTable(&out, rep)
+	for _, want := range []string{
+		"concord widgets: 1144 sent, 1271 served (payload 971)",
+		"resource    vs configmaps",
+		"widgets on concord, widgets/configmaps in this run: create 0.93×",
+		"crds: 500 CRDs",
+		"memory per idle CRD: 102.4 KiB of RSS, 81.9 KiB of heap in use",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table has no %q:\n%s", want, out.String())
+		}
+	}
+	for _, line := range strings.Split(out.String(), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && strings.Contains(line, "/openapi/v2") {
+			if got := strings.Join(f[len(f)-5:], " "); got != "3 400ms 1200ms 1200ms NO" {
+				t.Errorf("openapi v2 row ends %q; want its requests, p50, p99, max and NO (a request over 1 s)", got)
+			}
+		}
 	}
 }

@@ -14,6 +14,13 @@
 //	    --etcd-pid etcd=$ETCD_PID --server-pid concord=$CONCORD_PID --etcd-pid concord=$ETCD_PID \
 //	    --workload create,update,contended,get,list,watch --rounds 5 --duration 3s
 //
+// --resource configmaps,widgets measures every API target twice, on
+// ConfigMaps and on widgets, a custom resource whose CRD (one CEL rule)
+// apibench installs, with objects of the same JSON size, and prints the
+// ratio widgets/configmaps per workload. --workload crds installs --crds
+// CRDs and times their establishing, discovery and OpenAPI, and (with
+// --replica-bin) a replica's start-up and memory per idle CRD.
+//
 // See docs/performance.md for the method and the latest measurements.
 package main
 

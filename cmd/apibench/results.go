@@ -91,6 +91,9 @@ type Summary struct {
 	Workload string `json:"workload"`
 	Target   string `json:"target"`
 	Kind     string `json:"kind"`
+	// Resource is what the workload wrote (configmaps for etcd targets:
+	// Concord's ConfigMap layout).
+	Resource string `json:"resource"`
 	// Ops per second: the median of the rounds, and their range.
 	OpsMedian jfloat `json:"opsPerSecMedian"`
 	OpsMin    jfloat `json:"opsPerSecMin"`
@@ -103,6 +106,11 @@ type Summary struct {
 	MaxMs jfloat `json:"maxMs"`
 	// P99Ratio is P99ms relative to the first target's.
 	P99Ratio jfloat `json:"p99Ratio"`
+	// ResourceRatio is, with several --resource, this result relative to
+	// the same target's with the first resource (ops/s; for watch, p99),
+	// e.g. widgets/configmaps; null for etcd targets and single-resource
+	// runs.
+	ResourceRatio jfloat `json:"resourceRatio"`
 	// CPU: the median over the rounds of the cores used, and CPU time per
 	// operation (all rounds' CPU over all rounds' operations).
 	CPU      CPUJSON `json:"cpuCores"`
@@ -126,9 +134,12 @@ type Summary struct {
 
 // Report is a whole run.
 type Report struct {
-	Started  time.Time    `json:"started"`
-	RunID    string       `json:"runID"`
-	Targets  []TargetSpec `json:"targets"`
+	Started   time.Time    `json:"started"`
+	RunID     string       `json:"runID"`
+	Targets   []TargetSpec `json:"targets"`
+	Resources []string     `json:"resources"`
+	// Objects is the JSON size of one object of every target.
+	Objects  []ObjectSize `json:"objects"`
 	Rounds   int          `json:"rounds"`
 	Duration string       `json:"duration"`
 	Workers  int          `json:"workers"`
@@ -139,8 +150,54 @@ type Report struct {
 	LoadStart string     `json:"loadAverageStart,omitempty"`
 	LoadEnd   string     `json:"loadAverageEnd,omitempty"`
 	Results   []*Summary `json:"results"`
-	Failures  []string   `json:"failures,omitempty"`
-	Interrupt bool       `json:"interrupted,omitempty"`
+	// CRDs are the results of the crds workload, one per API target.
+	CRDs      []*CRDResult `json:"crds,omitempty"`
+	Failures  []string     `json:"failures,omitempty"`
+	Interrupt bool         `json:"interrupted,omitempty"`
+}
+
+// ObjectSize is how long one object of a target's workloads is as JSON:
+// the body apibench sends to create it, and the object as the target
+// answers a GET (with uid, resourceVersion, creationTimestamp; a custom
+// object also with its generation). For an etcd target both are the stored
+// value.
+type ObjectSize struct {
+	Target   string `json:"target"`
+	Resource string `json:"resource"`
+	Payload  int    `json:"payloadBytes"`
+	Sent     int    `json:"sentBytes"`
+	Served   int    `json:"servedBytes"`
+}
+
+// resourceRatios sets the ResourceRatio of the summaries of one workload:
+// each API target's result relative to its result with resource first.
+func resourceRatios(summaries []*Summary, first string) {
+	base := map[string]*Summary{}
+	resources := map[string]bool{}
+	for _, s := range summaries {
+		s.ResourceRatio = jfloat(nan)
+		if s.Kind == kindEtcd {
+			continue
+		}
+		resources[s.Resource] = true
+		if s.Resource == first {
+			base[s.Target] = s
+		}
+	}
+	if len(resources) < 2 {
+		return
+	}
+	for _, s := range summaries {
+		b := base[s.Target]
+		if s.Kind == kindEtcd || b == nil {
+			continue
+		}
+		if s.Workload == "watch" {
+			s.ResourceRatio = jfloat(ratio(float64(s.P99ms), float64(b.P99ms)))
+		} else {
+			s.ResourceRatio = jfloat(ratio(float64(s.OpsMedian), float64(b.OpsMedian)))
+		}
+	}
 }
 
 // summarize turns the rounds of one target into its summary; base is the

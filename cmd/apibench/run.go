@@ -16,10 +16,17 @@ import (
 	"time"
 )
 
-// target is one measured endpoint and what the run created on it.
+// target is one measured endpoint, for an API with the resource its
+// workloads write, and what the run created on it.
 type target struct {
-	spec      TargetSpec
+	spec TargetSpec
+	// res is what the workloads write (ConfigMaps for etcd targets);
+	// label names the target in progress lines: its name, with
+	// "/<resource>" when the run writes other resources than ConfigMaps.
+	res       resource
+	label     string
 	b         backend
+	api       *httpBackend // nil for an etcd target
 	serverPID int
 	etcdPID   int
 
@@ -28,6 +35,8 @@ type target struct {
 	// namespaces are the ones this run created, in order.
 	objects    map[string]map[string]struct{}
 	namespaces []string
+	// crds are the CRDs this run created, deleted after the namespaces.
+	crds []string
 }
 
 func (t *target) track(ns string, names ...string) {
@@ -49,7 +58,7 @@ func (t *target) track(ns string, names ...string) {
 func (t *target) ensureNamespace(ctx context.Context, ns string) error {
 	created, err := t.b.ensureNamespace(ctx, ns)
 	if err != nil {
-		return fmt.Errorf("target %s: %w", t.spec.Name, err)
+		return fmt.Errorf("target %s: %w", t.label, err)
 	}
 	if created {
 		t.mu.Lock()
@@ -82,33 +91,56 @@ func schedule(workloads []string, rounds, targets int) []window {
 	return out
 }
 
-// connect makes a backend for every target.
+// connect makes a backend for every target: an API target is measured
+// once per resource of cfg.Resources (each its own target, over the same
+// connections), an etcd target once.
 func connect(cfg Config) ([]*target, error) {
 	conns := cfg.Workers + 16
 	if slices.Contains(cfg.Workloads, "watch") {
 		conns += cfg.Watchers
 	}
 	var out []*target
+	closeAll := func() {
+		for _, t := range out {
+			t.b.close()
+		}
+	}
+	onlyConfigMaps := len(cfg.Resources) == 1 && cfg.Resources[0] == configMaps.Name
 	for _, spec := range cfg.Targets {
-		var b backend
+		add := func(res resource, b backend, api *httpBackend) {
+			label := spec.Name
+			if !onlyConfigMaps && api != nil {
+				label += "/" + res.Name
+			}
+			out = append(out, &target{spec: spec, res: res, label: label, b: b, api: api,
+				serverPID: cfg.ServerPIDs[spec.Name], etcdPID: cfg.EtcdPIDs[spec.Name]})
+		}
+		var api *httpBackend
 		var err error
 		switch spec.Kind {
 		case kindURL:
-			b = newHTTPBackend(spec.Addr, conns, cfg.RequestTimeout)
+			api = newHTTPBackend(spec.Addr, conns, cfg.RequestTimeout)
 		case kindKubeconfig:
-			b, err = newKubeconfigBackend(spec.Addr, cfg.RequestTimeout)
+			api, err = newKubeconfigBackend(spec.Addr, cfg.RequestTimeout)
 		case kindEtcd:
+			var b backend
 			b, err = newEtcdBackend(strings.Split(spec.Addr, ","), cfg.EtcdPrefix, cfg.RequestTimeout)
+			if err == nil {
+				add(configMaps, b, nil)
+			}
 		default:
 			err = fmt.Errorf("unknown kind %q", spec.Kind)
 		}
 		if err != nil {
-			for _, t := range out {
-				t.b.close()
-			}
+			closeAll()
 			return nil, fmt.Errorf("target %s: %w", spec.Name, err)
 		}
-		out = append(out, &target{spec: spec, b: b, serverPID: cfg.ServerPIDs[spec.Name], etcdPID: cfg.EtcdPIDs[spec.Name]})
+		if api != nil {
+			for _, name := range cfg.Resources {
+				b := api.withResource(resourceNamed(name))
+				add(b.res, b, b)
+			}
+		}
 	}
 	return out, nil
 }
@@ -132,7 +164,7 @@ func run(ctx context.Context, cfg Config, progressOut io.Writer) (*Report, error
 	p := newProgress(progressOut, cfg.Progress)
 	defer p.close()
 
-	rep := &Report{Started: time.Now().UTC(), RunID: newRunID(), Targets: cfg.Targets, Rounds: cfg.Rounds,
+	rep := &Report{Started: time.Now().UTC(), RunID: newRunID(), Targets: cfg.Targets, Resources: cfg.Resources, Rounds: cfg.Rounds,
 		Duration: cfg.Duration.String(), Workers: cfg.Workers, Object: cfg.ObjectSize, CPUs: runtime.NumCPU(), LoadStart: loadAverage()}
 
 	measureErr := measure(ctx, cfg, rep, targets, p)
@@ -150,15 +182,21 @@ func run(ctx context.Context, cfg Config, progressOut io.Writer) (*Report, error
 		// one object at a time.
 		for _, t := range targets {
 			if err := cleanupObjects(cctx, t, p); err != nil {
-				p.note(fmt.Sprintf("clean-up of target %s: %v", t.spec.Name, err))
-				measureErr = errors.Join(measureErr, fmt.Errorf("clean-up of target %s: %w", t.spec.Name, err))
+				p.note(fmt.Sprintf("clean-up of target %s: %v", t.label, err))
+				measureErr = errors.Join(measureErr, fmt.Errorf("clean-up of target %s: %w", t.label, err))
 			}
 		}
 		for _, t := range targets {
 			for _, ns := range slices.Backward(t.namespaces) {
 				if err := t.b.deleteNamespace(cctx, ns); err != nil {
-					measureErr = errors.Join(measureErr, fmt.Errorf("clean-up of target %s: delete namespace %s: %w", t.spec.Name, ns, err))
+					measureErr = errors.Join(measureErr, fmt.Errorf("clean-up of target %s: delete namespace %s: %w", t.label, ns, err))
 				}
+			}
+		}
+		// CRDs last: deleting one deletes its objects, one at a time.
+		for _, t := range targets {
+			if err := deleteCRDs(cctx, t.api, t.crds, cfg.Workers, p); err != nil {
+				measureErr = errors.Join(measureErr, fmt.Errorf("clean-up of target %s: %w", t.label, err))
 			}
 		}
 	}
@@ -168,10 +206,16 @@ func run(ctx context.Context, cfg Config, progressOut io.Writer) (*Report, error
 // measure runs the schedule: before a workload's first window it prepares
 // that workload on every target, after its last it checks the results.
 func measure(ctx context.Context, cfg Config, rep *Report, targets []*target, p *progress) error {
+	if err := installResources(ctx, cfg, targets, p); err != nil {
+		return err
+	}
 	for _, t := range targets {
 		if err := t.ensureNamespace(ctx, cfg.Namespace); err != nil {
 			return err
 		}
+	}
+	if err := measureSizes(ctx, cfg, rep, targets, p); err != nil {
+		return err
 	}
 	var (
 		current   string
@@ -189,13 +233,15 @@ func measure(ctx context.Context, cfg Config, rep *Report, targets []*target, p 
 			}
 			summarize(s, base)
 			if s.Verified != nil && !*s.Verified {
-				rep.Failures = append(rep.Failures, fmt.Sprintf("%s on %s: %s", s.Workload, s.Target, failureText(s)))
+				rep.Failures = append(rep.Failures, fmt.Sprintf("%s on %s: %s", s.Workload, targets[i].label, failureText(s)))
 			}
 		}
+		resourceRatios(summaries, cfg.Resources[0])
 		rep.Results = append(rep.Results, summaries...)
 		workloads, summaries = nil, nil
 	}
-	for _, win := range schedule(cfg.Workloads, cfg.Rounds, len(targets)) {
+	windowed := slices.DeleteFunc(slices.Clone(cfg.Workloads), func(w string) bool { return w == "crds" })
+	for _, win := range schedule(windowed, cfg.Rounds, len(targets)) {
 		if ctx.Err() != nil {
 			break
 		}
@@ -206,17 +252,17 @@ func measure(ctx context.Context, cfg Config, rep *Report, targets []*target, p 
 			current = win.Workload
 			for _, t := range targets {
 				w := newWorkload(win.Workload, cfg, rep.RunID, t)
-				p.status(fmt.Sprintf("setup %s target=%s", win.Workload, t.spec.Name), nil, time.Now())
+				p.status(fmt.Sprintf("setup %s target=%s", win.Workload, t.label), nil, time.Now())
 				if err := w.setup(ctx, p); err != nil {
-					return fmt.Errorf("set up %s on target %s: %w", win.Workload, t.spec.Name, err)
+					return fmt.Errorf("set up %s on target %s: %w", win.Workload, t.label, err)
 				}
 				workloads = append(workloads, w)
-				summaries = append(summaries, &Summary{Workload: win.Workload, Target: t.spec.Name, Kind: t.spec.Kind})
+				summaries = append(summaries, &Summary{Workload: win.Workload, Target: t.spec.Name, Kind: t.spec.Kind, Resource: t.res.Name})
 			}
 		}
 		t := targets[win.Target]
 		var ops atomic.Int64
-		label := fmt.Sprintf("round %d/%d %s target=%s", win.Round, cfg.Rounds, win.Workload, t.spec.Name)
+		label := fmt.Sprintf("round %d/%d %s target=%s", win.Round, cfg.Rounds, win.Workload, t.label)
 		p.status(label, &ops, time.Now())
 		cpu := startCPU(t.serverPID, t.etcdPID)
 		r := workloads[win.Target].round(ctx, win.Round, &ops)
@@ -232,6 +278,9 @@ func measure(ctx context.Context, cfg Config, rep *Report, targets []*target, p 
 	}
 	if current != "" {
 		finish()
+	}
+	if slices.Contains(cfg.Workloads, "crds") && ctx.Err() == nil {
+		return measureCRDs(ctx, cfg, rep, targets, p)
 	}
 	return nil
 }
@@ -254,7 +303,7 @@ func cleanupObjects(ctx context.Context, t *target, p *progress) error {
 		}
 		t.mu.Unlock()
 		slices.Sort(names)
-		label := fmt.Sprintf("clean-up target=%s namespace=%s", t.spec.Name, ns)
+		label := fmt.Sprintf("clean-up target=%s namespace=%s", t.label, ns)
 		var done atomic.Int64
 		p.status(label, &done, time.Now())
 		err := t.b.deleteAll(ctx, ns, names, func(n int) { done.Store(int64(n)) })

@@ -21,7 +21,7 @@ type workload interface {
 }
 
 func newWorkload(name string, cfg Config, runID string, t *target) workload {
-	base := wlBase{cfg: cfg, t: t, b: t.b, ns: cfg.Namespace, runID: runID, payload: payload(cfg.ObjectSize)}
+	base := wlBase{cfg: cfg, t: t, b: t.b, ns: cfg.Namespace, runID: runID, payload: payload(t.res.payloadSize(cfg.ObjectSize))}
 	switch name {
 	case "create":
 		return &createWL{wlBase: base, seq: make([]int, cfg.Workers)}
@@ -69,7 +69,7 @@ func (w *wlBase) fixtures(ctx context.Context, p *progress, what string, n int, 
 	w.t.track(w.ns, names...)
 	rvs := make([]int64, n)
 	var done atomic.Int64
-	p.status(fmt.Sprintf("setup %s target=%s: %d objects", what, w.t.spec.Name, n), &done, time.Now())
+	p.status(fmt.Sprintf("setup %s target=%s: %d objects", what, w.t.label, n), &done, time.Now())
 	err := parallel(ctx, n, max(w.cfg.Workers, 8), func(d int) { done.Store(int64(d)) }, func(ctx context.Context, i int) error {
 		rv, err := w.b.create(ctx, w.ns, names[i], data(i))
 		if errors.Is(err, errExists) {
@@ -379,7 +379,7 @@ func (w *listWL) setup(ctx context.Context, p *progress) error {
 		return err
 	}
 	if items != w.cfg.ListObjects {
-		p.note(fmt.Sprintf("warning: target %s: namespace %s holds %d ConfigMaps, not %d (left over from another run?); lists return them all", w.t.spec.Name, w.ns, items, w.cfg.ListObjects))
+		p.note(fmt.Sprintf("warning: target %s: namespace %s holds %d %s, not %d (left over from another run?); lists return them all", w.t.label, w.ns, items, w.t.res.Name, w.cfg.ListObjects))
 	}
 	return nil
 }
