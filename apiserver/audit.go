@@ -73,10 +73,8 @@ func (l *auditLog) record(r requestSummary, auditID string, info *requestInfo, c
 		if a.Subresource != "" {
 			ev.Resource += "/" + a.Subresource
 		}
-	}
-	if u := info.user; u != nil {
-		ev.User = u.Name
-		ev.Groups = append(ev.Groups, u.Groups...)
+		ev.User = a.User.Name
+		ev.Groups = append(ev.Groups, a.User.Groups...)
 	}
 	var line bytes.Buffer
 	enc := json.NewEncoder(&line) // one line, with its newline

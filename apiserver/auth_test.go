@@ -33,6 +33,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/concord-dev/concord/apiserver"
+	"github.com/concord-dev/concord/apiserver/filters"
 	"github.com/concord-dev/concord/etcdstore"
 	"github.com/concord-dev/concord/etcdstore/etcdtest"
 	"github.com/concord-dev/concord/internal/syncbuf"
@@ -40,8 +41,8 @@ import (
 )
 
 // testTokens are the bearer tokens of the auth tests' users.
-var testTokens = map[string]apiserver.UserInfo{
-	"admin-token": {Name: "root", UID: "0", Groups: []string{apiserver.MastersGroup}},
+var testTokens = map[string]filters.UserInfo{
+	"admin-token": {Name: "root", UID: "0", Groups: []string{filters.MastersGroup}},
 	"alice-token": {Name: "alice", UID: "1001", Groups: []string{"team-a"}},
 	"bob-token":   {Name: "bob", UID: "1002"},
 }
@@ -76,7 +77,7 @@ type authServer struct {
 
 func startAuthServer(t *testing.T, anonymous bool) *authServer {
 	t.Helper()
-	rules, err := apiserver.ParsePolicy([]byte(testPolicy))
+	rules, err := filters.ParsePolicy([]byte(testPolicy))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,12 +89,12 @@ func startAuthServer(t *testing.T, anonymous bool) *authServer {
 		Stores:  stores,
 		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Metrics: s.reg,
-		Authentication: &apiserver.Authentication{
+		Authentication: &filters.Authentication{
 			Tokens:    testTokens,
 			ClientCAs: ca.pool(),
 			Anonymous: anonymous,
 		},
-		Authorizer: apiserver.NewPolicyAuthorizer(rules),
+		Authorizer: filters.NewPolicyAuthorizer(rules),
 		AuditLog:   s.audit,
 		Profiling:  true,
 	})
@@ -286,7 +287,7 @@ func TestAuthClientCertificates(t *testing.T) {
 	var review authenticationv1.SelfSubjectReview
 	resp.decode(t, &review)
 	if resp.Code != http.StatusCreated || review.Status.UserInfo.Username != "alice" ||
-		!slices.Equal(review.Status.UserInfo.Groups, []string{"team-a", apiserver.AuthenticatedGroup}) {
+		!slices.Equal(review.Status.UserInfo.Groups, []string{"team-a", filters.AuthenticatedGroup}) {
 		t.Errorf("SelfSubjectReview with alice's certificate: %d %s; want user alice, groups team-a, system:authenticated", resp.Code, resp.Body)
 	}
 	// The O of the certificate is a group the policy grants: create in team.
@@ -299,7 +300,7 @@ func TestAuthClientCertificates(t *testing.T) {
 		name string
 		cert tls.Certificate
 	}{
-		{"a certificate of another CA", other.issue(t, "alice", []string{apiserver.MastersGroup}, x509.ExtKeyUsageClientAuth)},
+		{"a certificate of another CA", other.issue(t, "alice", []string{filters.MastersGroup}, x509.ExtKeyUsageClientAuth)},
 		{"a serving certificate", s.ca.issue(t, "alice", nil, x509.ExtKeyUsageServerAuth)},
 	} {
 		resp := s.doWith(t, s.client(&tc.cert), http.MethodGet, "/api/v1/namespaces/team/configmaps", "")
@@ -599,7 +600,7 @@ func TestAuditLog(t *testing.T) {
 			t.Errorf("%s: audit line %+v; want %+v", what, got, want)
 		}
 	}
-	aliceGroups := []string{"team-a", apiserver.AuthenticatedGroup}
+	aliceGroups := []string{"team-a", filters.AuthenticatedGroup}
 	check("create", created, auditLine{User: "alice", Groups: aliceGroups, Verb: "create", Resource: "configmaps", Namespace: "team", URI: "/api/v1/namespaces/team/configmaps", Code: 201})
 	check("denied delete", denied, auditLine{User: "alice", Groups: aliceGroups, Verb: "delete", Resource: "configmaps", Namespace: "team", Name: "audited", URI: "/api/v1/namespaces/team/configmaps/audited", Code: 403})
 	check("wrong token", unauthenticated, auditLine{Groups: []string{}, Verb: "list", Resource: "configmaps", Namespace: "team", URI: "/api/v1/namespaces/team/configmaps", Code: 401})

@@ -1,7 +1,6 @@
 package apiserver
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -16,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/concord-dev/concord/apiserver/filters"
 	"github.com/concord-dev/concord/registry"
 )
 
@@ -72,19 +72,6 @@ func servedGroupResources(catalog *registry.Catalog, counted func(*registry.Reso
 	return served
 }
 
-// unsafeDeleteVerb is the verb kube-apiserver authorizes, besides delete,
-// for a delete with ignoreStoreReadErrorWithClusterBreakingPotential.
-const unsafeDeleteVerb = "unsafe-delete-ignore-read-errors"
-
-type authorizerKey struct{}
-
-// authorizerOf is the authorizer that admitted the request; nil when the
-// handler does not authenticate (Config.Authentication is nil).
-func authorizerOf(ctx context.Context) Authorizer {
-	a, _ := ctx.Value(authorizerKey{}).(Authorizer)
-	return a
-}
-
 // checkUnsafeDelete admits a delete that sets
 // ignoreStoreReadErrorWithClusterBreakingPotential as kube-apiserver does:
 // not on a collection, not with options it cannot honour (422), and only
@@ -108,15 +95,15 @@ func checkUnsafeDelete(r *http.Request, opts *metav1.DeleteOptions, collection b
 	if errs := validation.ValidateIgnoreStoreReadError(path, opts); len(errs) > 0 {
 		return invalidDeleteOptions(errs)
 	}
-	authz, attrs := authorizerOf(r.Context()), infoOf(r).attrs
+	authz, attrs := filters.AuthorizerOf(r.Context()), infoOf(r).attrs
 	if authz == nil || attrs == nil {
 		return nil // no authentication: nothing is authorized
 	}
 	a := *attrs
-	a.Verb = unsafeDeleteVerb
+	a.Verb = filters.UnsafeDeleteVerb
 	if allowed, reason := authz.Authorize(a); !allowed {
 		return apierrors.NewForbidden(schema.GroupResource{Group: a.APIGroup, Resource: a.Resource}, a.Name,
-			fmt.Errorf("not permitted to do %q, reason: %s", unsafeDeleteVerb, reason))
+			fmt.Errorf("not permitted to do %q, reason: %s", filters.UnsafeDeleteVerb, reason))
 	}
 	return nil
 }

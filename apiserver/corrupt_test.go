@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/concord-dev/concord/apiserver"
+	"github.com/concord-dev/concord/apiserver/filters"
 	"github.com/concord-dev/concord/etcdstore"
 	"github.com/concord-dev/concord/etcdstore/etcdtest"
 	"github.com/concord-dev/concord/registry"
@@ -442,7 +443,7 @@ rules:
 // startPolicyServer is the API behind TLS with the test tokens and policy.
 func startPolicyServer(t *testing.T, policy string) (*authServer, *etcdtest.Etcd) {
 	t.Helper()
-	rules, err := apiserver.ParsePolicy([]byte(policy))
+	rules, err := filters.ParsePolicy([]byte(policy))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -453,8 +454,8 @@ func startPolicyServer(t *testing.T, policy string) (*authServer, *etcdtest.Etcd
 		Stores:         stores,
 		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Metrics:        s.reg,
-		Authentication: &apiserver.Authentication{Tokens: testTokens, ClientCAs: s.ca.pool()},
-		Authorizer:     apiserver.NewPolicyAuthorizer(rules),
+		Authentication: &filters.Authentication{Tokens: testTokens, ClientCAs: s.ca.pool()},
+		Authorizer:     filters.NewPolicyAuthorizer(rules),
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/concord-dev/concord/apiserver/filters"
 	"github.com/concord-dev/concord/etcdstore"
 	"github.com/concord-dev/concord/registry"
 )
@@ -290,8 +291,8 @@ func FuzzParseListOptions(f *testing.F) {
 		}
 		// The server's filters (request timeout, in-flight limits) and
 		// the handler must agree on what a watch is.
-		if isWatch(r) != opts.Watch {
-			t.Fatalf("query %q: isWatch = %v, but the handler reads watch = %v", query, isWatch(r), opts.Watch)
+		if filters.IsWatch(r) != opts.Watch {
+			t.Fatalf("query %q: IsWatch = %v, but the handler reads watch = %v", query, filters.IsWatch(r), opts.Watch)
 		}
 		store := registry.NewStore(listRecorder{t: t}, registry.ConfigMaps, registry.DefaultWatchConfig(), registry.WithoutReadCache())
 		if _, err := store.List(context.Background(), "default", opts); err != nil {

@@ -4,12 +4,14 @@ import (
 	"net/http"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/concord-dev/concord/apiserver/filters"
 )
 
 // get answers a GET of an object (a watch of it with ?watch), with its
 // ETag; If-None-Match is 304.
 func (h *resourceHandler) get(w http.ResponseWriter, r *http.Request, namespace, name string) {
-	if isWatch(r) {
+	if filters.IsWatch(r) {
 		h.legacyWatch(w, r)
 		return
 	}

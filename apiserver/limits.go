@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/concord-dev/concord/apiserver/filters"
 )
 
 // kube-apiserver's defaults of --max-requests-inflight and
@@ -56,7 +58,7 @@ func withLimits(next http.Handler, maxReadOnly, maxMutating int, reg prometheus.
 	}
 
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if isWatch(r) {
+		if filters.IsWatch(r) {
 			next.ServeHTTP(w, r)
 			return
 		}

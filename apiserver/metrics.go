@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/concord-dev/concord/apiserver/filters"
 	"github.com/concord-dev/concord/registry"
 )
 
@@ -35,10 +36,9 @@ type requestInfo struct {
 	// probe marks health and metrics requests: they are logged at debug
 	// level, so that load balancers' probes do not flood the log.
 	probe bool
-	// attrs and user are what the request asks and who sent it, once the
-	// authentication filter has parsed and authenticated it (audit log).
-	attrs *Attributes
-	user  *UserInfo
+	// attrs are what the request asks and who sent it (attrs.User, once
+	// authenticated), as the authentication filter parsed it (audit log).
+	attrs *filters.Attributes
 
 	// auditID names the request in every log line; log is the server's
 	// logger, and requestLog (made on first use) the one with the auditID.

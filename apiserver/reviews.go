@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/concord-dev/concord/apiserver/filters"
 	"github.com/concord-dev/concord/registry"
 )
 
@@ -44,9 +45,9 @@ var reviewResources = []*registry.Resource{SelfSubjectAccessReviews, SelfSubject
 // /apis/authorization.k8s.io/v1/selfsubjectaccessreviews and
 // /apis/authentication.k8s.io/v1/selfsubjectreviews. Without
 // authentication (an open API) everything is allowed and nobody is known.
-func installReviews(router *mux.Router, authn *Authentication, authz Authorizer) {
+func installReviews(router *mux.Router, authn *filters.Authentication, authz filters.Authorizer) {
 	if authz == nil {
-		authz = NewPolicyAuthorizer(nil)
+		authz = filters.NewPolicyAuthorizer(nil)
 	}
 	handleReview(router, SelfSubjectAccessReviews, func(w http.ResponseWriter, r *http.Request, obj runtime.Object) {
 		review := obj.(*authorizationv1.SelfSubjectAccessReview)
@@ -54,7 +55,7 @@ func installReviews(router *mux.Router, authn *Authentication, authz Authorizer)
 			writeError(w, r, apierrors.NewInvalid(SelfSubjectAccessReviews.GroupVersionKind().GroupKind(), "", errs))
 			return
 		}
-		user := userOf(r.Context())
+		user := filters.UserOf(r.Context())
 		if authn == nil || user == nil {
 			review.Status = authorizationv1.SubjectAccessReviewStatus{Allowed: true, Reason: "the API is open: no authentication or authorization"}
 		} else {
@@ -65,7 +66,7 @@ func installReviews(router *mux.Router, authn *Authentication, authz Authorizer)
 	})
 	handleReview(router, SelfSubjectReviews, func(w http.ResponseWriter, r *http.Request, obj runtime.Object) {
 		review := obj.(*authenticationv1.SelfSubjectReview)
-		if user := userOf(r.Context()); user != nil {
+		if user := filters.UserOf(r.Context()); user != nil {
 			review.Status.UserInfo = authenticationv1.UserInfo{Username: user.Name, UID: user.UID, Groups: user.Groups}
 		}
 		writeObject(w, r, http.StatusCreated, review)
@@ -94,16 +95,16 @@ func handleReview(router *mux.Router, res *registry.Resource, answer func(w http
 }
 
 // reviewAttributes are the attributes a review asks about, for user.
-func reviewAttributes(user UserInfo, spec *authorizationv1.SelfSubjectAccessReviewSpec) Attributes {
+func reviewAttributes(user filters.UserInfo, spec *authorizationv1.SelfSubjectAccessReviewSpec) filters.Attributes {
 	if ra := spec.ResourceAttributes; ra != nil {
-		return Attributes{
+		return filters.Attributes{
 			User: user, Verb: ra.Verb, ResourceRequest: true,
 			APIGroup: ra.Group, APIVersion: ra.Version, Resource: ra.Resource, Subresource: ra.Subresource,
 			Namespace: ra.Namespace, Name: ra.Name,
 		}
 	}
 	nra := spec.NonResourceAttributes
-	return Attributes{User: user, Verb: nra.Verb, Path: nra.Path}
+	return filters.Attributes{User: user, Verb: nra.Verb, Path: nra.Path}
 }
 
 // validateSelfSubjectAccessReview is kube-apiserver's: exactly one of

@@ -22,6 +22,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/concord-dev/concord/apiserver/filters"
 	"github.com/concord-dev/concord/registry"
 )
 
@@ -65,11 +66,11 @@ type Config struct {
 	// authorizes it, before any storage access: 401 and 403 Status. Nil:
 	// the API is open to everyone, unauthenticated (tests of other
 	// concerns; the concord binary always sets it).
-	Authentication *Authentication
+	Authentication *filters.Authentication
 	// Authorizer decides what authenticated users may do. Nil: only the
 	// built-in rules (system:masters may do everything; everyone
 	// authenticated may read discovery).
-	Authorizer Authorizer
+	Authorizer filters.Authorizer
 	// AuditLog, when set, receives one JSON line per API request: who,
 	// what, and how it ended.
 	AuditLog io.Writer
@@ -150,7 +151,7 @@ func New(cfg Config) *Handler {
 	// busy paths, and no route of the router serves one.
 	routes := withResourceRoutes(router, catalog, m)
 	limited := withLimits(routes, cfg.MaxRequestsInFlight, cfg.MaxMutatingRequestsInFlight, cfg.Metrics)
-	api := withCORS(withAuth(limited, cfg.Authentication, cfg.Authorizer, servedResource(catalog)), cfg.CORSAllowedOrigins)
+	api := withCORS(filters.WithAuth(limited, cfg.Authentication, cfg.Authorizer, writeError, filteredRequests{catalog: catalog}), cfg.CORSAllowedOrigins)
 	probes := probeHandler(healthEndpoints(cfg.StorageCheck, cfg.ShutdownInitiated),
 		promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
 	watches := &sync.WaitGroup{}
@@ -216,7 +217,7 @@ func withRequestContext(next http.Handler, log *slog.Logger, timeout time.Durati
 		info := &requestInfo{verb: r.Method, component: componentAPIServer, auditID: auditID, log: log}
 		ctx, cancel := r.Context(), context.CancelFunc(func() {})
 		ended := func() {}
-		if isWatch(r) {
+		if filters.IsWatch(r) {
 			// Counted before its handler can take the connection over, so
 			// that no watch slips between http.Server.Shutdown and
 			// WaitWatches.

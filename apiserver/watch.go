@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
-	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -21,49 +20,6 @@ import (
 
 	"github.com/concord-dev/concord/registry"
 )
-
-// isWatch tells long-running watch requests from the rest: they get no
-// request timeout, only their own timeoutSeconds, and are not counted in
-// the in-flight limits. It must agree with the handlers: a GET of a
-// /watch/ path (/api/v1/watch/..., /apis/<group>/<version>/watch/...),
-// or with the watch parameter as the ListOptions decoder reads it
-// (anything but "0" and "false" is true; kube-apiserver's RequestInfo
-// reads it the same way). A namespace or object named "watch" does not
-// make a request a watch.
-func isWatch(r *http.Request) bool {
-	if r.Method != http.MethodGet {
-		return false
-	}
-	parts := strings.SplitN(strings.TrimPrefix(r.URL.Path, "/"), "/", 5)
-	switch {
-	case len(parts) > 3 && parts[0] == "api" && parts[2] == "watch":
-		return true
-	case len(parts) > 4 && parts[0] == "apis" && parts[3] == "watch":
-		return true
-	}
-	values, ok := r.URL.Query()["watch"]
-	return ok && len(values) > 0 && values[0] != "0" && !strings.EqualFold(values[0], "false") && !isSubresourcePath(r.URL.Path)
-}
-
-// isSubresourcePath reports whether path names a subresource of an object
-// (.../namespaces/{namespace}/{resource}/{name}/{subresource},
-// .../{resource}/{name}/{subresource}): ?watch on one is ignored, as
-// kube-apiserver does (GET .../status?watch=1 reads the object).
-func isSubresourcePath(path string) bool {
-	parts := splitPath(path)
-	switch {
-	case len(parts) > 2 && parts[0] == "api":
-		parts = parts[2:]
-	case len(parts) > 3 && parts[0] == "apis":
-		parts = parts[3:]
-	default:
-		return false
-	}
-	if len(parts) == 0 || parts[0] == "watch" {
-		return false
-	}
-	return (len(parts) == 5 && parts[0] == "namespaces") || (len(parts) == 3 && parts[0] != "namespaces")
-}
 
 // serveWatch streams the changes of namespace (all when empty), or of the
 // object name when it is set, as kube-apiserver does: one JSON object per

@@ -13,7 +13,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/concord-dev/concord/apiserver"
+	"github.com/concord-dev/concord/apiserver/filters"
 )
 
 // The --authorization-mode values.
@@ -115,14 +115,14 @@ func (cfg *Config) validateSecurity() []error {
 		}
 	}
 	if s.TokenAuthFile != "" {
-		if _, err := apiserver.LoadTokenFile(s.TokenAuthFile); err != nil {
+		if _, err := filters.LoadTokenFile(s.TokenAuthFile); err != nil {
 			errs = append(errs, fmt.Errorf("--token-auth-file: %w", err))
 		}
 	}
 	switch s.AuthorizationMode {
 	case AuthorizationPolicy:
 		if s.AuthorizationPolicyFile != "" {
-			if _, err := apiserver.LoadPolicyFile(s.AuthorizationPolicyFile); err != nil {
+			if _, err := filters.LoadPolicyFile(s.AuthorizationPolicyFile); err != nil {
 				errs = append(errs, fmt.Errorf("--authorization-policy-file: %w", err))
 			}
 		}
@@ -152,8 +152,8 @@ func loadClientCAs(path string) (*x509.CertPool, error) {
 type serving struct {
 	// tls is nil for plain HTTP.
 	tls   *tls.Config
-	authn *apiserver.Authentication
-	authz apiserver.Authorizer
+	authn *filters.Authentication
+	authz filters.Authorizer
 	// audit is the audit log's file; nil: none.
 	audit io.WriteCloser
 	// kubeconfig is what the written kubeconfig carries.
@@ -171,9 +171,9 @@ type kubeconfigAuth struct {
 // returned audit file must be closed.
 func (cfg *Config) buildSecurity(log *slog.Logger) (*serving, error) {
 	s := &cfg.Security
-	out := &serving{authn: &apiserver.Authentication{Anonymous: s.AnonymousAuth}}
+	out := &serving{authn: &filters.Authentication{Anonymous: s.AnonymousAuth}}
 	if s.TokenAuthFile != "" {
-		tokens, err := apiserver.LoadTokenFile(s.TokenAuthFile)
+		tokens, err := filters.LoadTokenFile(s.TokenAuthFile)
 		if err != nil {
 			return nil, fmt.Errorf("--token-auth-file: %w", err)
 		}
@@ -223,19 +223,19 @@ func (cfg *Config) buildSecurity(log *slog.Logger) (*serving, error) {
 
 	switch s.AuthorizationMode {
 	case AuthorizationAlwaysAllow:
-		out.authz = apiserver.AlwaysAllow
+		out.authz = filters.AlwaysAllow
 		if s.AnonymousAuth {
 			log.Warn("--authorization-mode=AlwaysAllow with --anonymous-auth: anyone who reaches the port may do everything")
 		}
 	default:
-		var rules []apiserver.PolicyRule
+		var rules []filters.PolicyRule
 		if s.AuthorizationPolicyFile != "" {
 			var err error
-			if rules, err = apiserver.LoadPolicyFile(s.AuthorizationPolicyFile); err != nil {
+			if rules, err = filters.LoadPolicyFile(s.AuthorizationPolicyFile); err != nil {
 				return nil, fmt.Errorf("--authorization-policy-file: %w", err)
 			}
 		}
-		out.authz = apiserver.NewPolicyAuthorizer(rules)
+		out.authz = filters.NewPolicyAuthorizer(rules)
 	}
 	log.Info("authentication and authorization", "clientCertificates", out.authn.ClientCAs != nil, "tokens", len(out.authn.Tokens),
 		"anonymous", s.AnonymousAuth, "authorizationMode", s.AuthorizationMode, "policyFile", s.AuthorizationPolicyFile)

@@ -1,7 +1,6 @@
-package apiserver
+package filters
 
 import (
-	"context"
 	"crypto/x509"
 	"encoding/csv"
 	"errors"
@@ -50,15 +49,6 @@ type Authentication struct {
 	ClientCAs *x509.CertPool
 	// Anonymous allows requests without credentials.
 	Anonymous bool
-}
-
-type userKey struct{}
-
-// userOf is the authenticated user of a request; nil when the handler does
-// not authenticate (Config.Authentication is nil).
-func userOf(ctx context.Context) *UserInfo {
-	u, _ := ctx.Value(userKey{}).(*UserInfo)
-	return u
 }
 
 // authenticate says who sent r; an error means 401.

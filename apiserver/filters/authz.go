@@ -1,4 +1,4 @@
-package apiserver
+package filters
 
 import (
 	"bytes"
@@ -57,11 +57,15 @@ type policyFile struct {
 	Rules []PolicyRule `json:"rules"`
 }
 
+// UnsafeDeleteVerb is the verb kube-apiserver authorizes, besides delete,
+// for a delete with ignoreStoreReadErrorWithClusterBreakingPotential.
+const UnsafeDeleteVerb = "unsafe-delete-ignore-read-errors"
+
 // resourceVerbs are the verbs of resource rules (unsafe-delete-ignore-read-errors:
 // also needed to delete an object whose stored value cannot be read, as in
 // kube-apiserver); nonResourceVerbs those of non-resource rules.
 var (
-	resourceVerbs    = []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection", unsafeDeleteVerb, "*"}
+	resourceVerbs    = []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection", UnsafeDeleteVerb, "*"}
 	nonResourceVerbs = []string{"get", "head", "post", "put", "patch", "delete", "options", "*"}
 )
 
