@@ -531,8 +531,13 @@ func (s *customResourceStrategy) Validate(obj Object) field.ErrorList {
 // OpenAPI and CEL validation ratchet on old (an unchanged invalid value
 // stays allowed), and list types are checked only if old's were valid.
 func (s *customResourceStrategy) ValidateUpdate(obj, old Object) field.ErrorList {
+	return s.validateUpdateContext(context.TODO(), obj, old)
+}
+
+// validateUpdateContext is ValidateUpdate, adding kube's warnings to ctx
+// (the CEL rules' ratcheting warnings: a rule an unchanged value fails).
+func (s *customResourceStrategy) validateUpdateContext(ctx context.Context, obj, old Object) field.ErrorList {
 	u, o := obj.(*unstructured.Unstructured), old.(*unstructured.Unstructured)
-	ctx := context.TODO()
 	correlated := newCorrelatedObject(u.Object, o.Object, s.structural)
 	if errs := s.validateTypeMeta(u); len(errs) > 0 {
 		return errs
@@ -693,9 +698,13 @@ func (st customResourceStatusStrategy) PrepareForUpdate(obj, old Object) {
 
 // ValidateUpdate is kube's statusStrategy.ValidateUpdate.
 func (st customResourceStatusStrategy) ValidateUpdate(obj, old Object) field.ErrorList {
+	return st.validateUpdateContext(context.TODO(), obj, old)
+}
+
+// validateUpdateContext is ValidateUpdate, adding kube's warnings to ctx.
+func (st customResourceStatusStrategy) validateUpdateContext(ctx context.Context, obj, old Object) field.ErrorList {
 	s := st.s
 	u, o := obj.(*unstructured.Unstructured), old.(*unstructured.Unstructured)
-	ctx := context.TODO()
 	correlated := newCorrelatedObject(u.Object, o.Object, s.structural)
 	var errs field.ErrorList
 	if typeErrs := s.validateTypeMeta(u); len(typeErrs) > 0 {

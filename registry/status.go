@@ -23,6 +23,14 @@ type UpdateStrategy interface {
 
 var _ UpdateStrategy = Strategy(nil)
 
+// contextUpdateValidator is an UpdateStrategy whose update validation
+// adds warnings to the request's context (k8s.io/apiserver/pkg/warning), as
+// kube's CEL validation of custom resources does when ratcheting lets a
+// failing rule pass.
+type contextUpdateValidator interface {
+	validateUpdateContext(ctx context.Context, obj, old Object) field.ErrorList
+}
+
 // UpdateStatus replaces the status of namespace/name with obj's: the
 // resource's StatusStrategy carries everything else over from the stored
 // object (kube's status strategies: spec and metadata stay as stored), so a

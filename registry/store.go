@@ -450,7 +450,7 @@ func (s *Store) replaceFrom(ctx context.Context, namespace, name string, opts Wr
 		return nil, false, apierrors.NewConflict(gr, name, errors.New(OptimisticLockErrorMsg))
 	}
 	strategy := s.updateStrategy(opts)
-	next, err := s.prepareUpdate(obj, old, strategy)
+	next, err := s.prepareUpdate(ctx, obj, old, strategy)
 	if err != nil {
 		return nil, false, err
 	}
@@ -549,7 +549,7 @@ func copyObject(obj Object) Object {
 // system owns, with strategy (the resource's, or its StatusStrategy for a
 // status write). It works on a copy, so a retried write starts from the
 // client's object again.
-func (s *Store) prepareUpdate(in, old Object, strategy UpdateStrategy) (Object, error) {
+func (s *Store) prepareUpdate(ctx context.Context, in, old Object, strategy UpdateStrategy) (Object, error) {
 	obj, ok := in.DeepCopyObject().(Object)
 	if !ok {
 		return nil, fmt.Errorf("copy of %T is not an Object", in)
@@ -567,7 +567,11 @@ func (s *Store) prepareUpdate(in, old Object, strategy UpdateStrategy) (Object, 
 	strategy.PrepareForUpdate(obj, old)
 	errs := apivalidation.ValidateObjectMetaAccessor(obj, s.Resource.Namespaced, s.Resource.NameValidation, field.NewPath("metadata"))
 	errs = append(errs, apivalidation.ValidateObjectMetaAccessorUpdate(obj, old, field.NewPath("metadata"))...)
-	errs = append(errs, strategy.ValidateUpdate(obj, old)...)
+	if v, ok := strategy.(contextUpdateValidator); ok {
+		errs = append(errs, v.validateUpdateContext(ctx, obj, old)...)
+	} else {
+		errs = append(errs, strategy.ValidateUpdate(obj, old)...)
+	}
 	if len(errs) > 0 {
 		return nil, apierrors.NewInvalid(s.Resource.GroupVersionKind().GroupKind(), obj.GetName(), errs)
 	}
