@@ -150,8 +150,8 @@ func New(cfg Config) *Handler {
 	// Resources first, through the catalog at request time: they are the
 	// busy paths, and no route of the router serves one.
 	routes := withResourceRoutes(router, catalog, m)
-	limited := withLimits(routes, cfg.MaxRequestsInFlight, cfg.MaxMutatingRequestsInFlight, cfg.Metrics)
-	api := withCORS(filters.WithAuth(limited, cfg.Authentication, cfg.Authorizer, writeError, filteredRequests{catalog: catalog}), cfg.CORSAllowedOrigins)
+	limited := filters.WithLimits(routes, cfg.MaxRequestsInFlight, cfg.MaxMutatingRequestsInFlight, cfg.Metrics, writeError)
+	api := filters.WithCORS(filters.WithAuth(limited, cfg.Authentication, cfg.Authorizer, writeError, filteredRequests{catalog: catalog}), cfg.CORSAllowedOrigins)
 	probes := probeHandler(healthEndpoints(cfg.StorageCheck, cfg.ShutdownInitiated),
 		promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
 	watches := &sync.WaitGroup{}

@@ -16,6 +16,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/concord-dev/concord/apiserver/filters"
 	"github.com/concord-dev/concord/registry"
 	"github.com/concord-dev/concord/registry/encryption"
 )
@@ -96,8 +97,8 @@ func DefaultConfig() Config {
 		ShutdownTimeout:        30 * time.Second,
 		Security:               SecurityConfig{AuthorizationMode: AuthorizationPolicy},
 		// kube-apiserver's defaults.
-		MaxRequestsInFlight:         400,
-		MaxMutatingRequestsInFlight: 200,
+		MaxRequestsInFlight:         filters.DefaultMaxRequestsInFlight,
+		MaxMutatingRequestsInFlight: filters.DefaultMaxMutatingRequestsInFlight,
 		Profiling:                   true,
 		WatchCache:                  true,
 		UnconditionalUpdate:         registry.UnconditionalHelmReleases.String(),

@@ -1,4 +1,4 @@
-package apiserver
+package filters
 
 import (
 	"net/http"
@@ -15,11 +15,11 @@ var (
 	corsExposedHeaders = []string{"ETag", "Date", "Audit-Id"}
 )
 
-// withCORS adds CORS headers for origins that match one of allowed (regular
+// WithCORS adds CORS headers for origins that match one of allowed (regular
 // expressions, matched anywhere in the Origin value as kube-apiserver does:
 // anchor them). Other origins get no CORS headers, so browsers block them.
 // An allowed preflight is answered 204 here.
-func withCORS(next http.Handler, allowed []*regexp.Regexp) http.Handler {
+func WithCORS(next http.Handler, allowed []*regexp.Regexp) http.Handler {
 	if len(allowed) == 0 {
 		return next
 	}
