@@ -27,17 +27,22 @@ const storageCheckTimeout = 2 * time.Second
 // errShuttingDown is the shutdown check's failure.
 var errShuttingDown = errors.New("process is shutting down")
 
+// errCRDsNotSynced is the CRD check's failure.
+var errCRDsNotSynced = errors.New("the custom resources of the stored CRDs are not served yet")
+
 // healthEndpoints are /livez, /readyz and /healthz, each with its checks in
 // the order they run:
 //
 //	livez:   ping                  (no etcd: a replica cut off from etcd is
 //	                                alive, restarting it would not help)
-//	readyz:  ping, etcd, shutdown  (take this replica out of the load
+//	readyz:  ping, etcd, poststarthook/crd-informer-synced, shutdown
+//	                               (take this replica out of the load
 //	                                balancer when etcd is gone or it stops;
 //	                                etcd: a linearizable read succeeded
-//	                                within the last second)
+//	                                within the last second; the CRDs stored
+//	                                at start are served)
 //	healthz: ping, etcd            (deprecated in Kubernetes; kept for tools)
-func healthEndpoints(storage func(ctx context.Context) error, shutdownInitiated <-chan struct{}) map[string]*healthEndpoint {
+func healthEndpoints(storage func(ctx context.Context) error, shutdownInitiated, crdsSynced <-chan struct{}) map[string]*healthEndpoint {
 	ping := healthCheck{"ping", func(context.Context) error { return nil }}
 	var etcd []healthCheck
 	if storage != nil {
@@ -55,9 +60,20 @@ func healthEndpoints(storage func(ctx context.Context) error, shutdownInitiated 
 			return nil
 		}
 	}}
+	var crds []healthCheck
+	if crdsSynced != nil {
+		crds = append(crds, healthCheck{"poststarthook/crd-informer-synced", func(context.Context) error {
+			select {
+			case <-crdsSynced:
+				return nil
+			default:
+				return errCRDsNotSynced
+			}
+		}})
+	}
 	return map[string]*healthEndpoint{
 		"livez":   {name: "livez", checks: []healthCheck{ping}},
-		"readyz":  {name: "readyz", checks: slices.Concat([]healthCheck{ping}, etcd, []healthCheck{shutdown})},
+		"readyz":  {name: "readyz", checks: slices.Concat([]healthCheck{ping}, etcd, crds, []healthCheck{shutdown})},
 		"healthz": {name: "healthz", checks: slices.Concat([]healthCheck{ping}, etcd)},
 	}
 }

@@ -101,6 +101,26 @@ func TestReadyzFailsFirstOnShutdown(t *testing.T) {
 	}
 }
 
+// TestReadyzWaitsForTheStoredCRDs: a replica is not ready until it serves
+// the custom resources of the CRDs stored when it started (kube's check
+// poststarthook/crd-informer-synced), so a load balancer sends it none of
+// their requests while it would answer 404.
+func TestReadyzWaitsForTheStoredCRDs(t *testing.T) {
+	synced := make(chan struct{})
+	s := startServerWithOptions(t, serverOptions{crdsSynced: synced})
+	want := "[+]ping ok\n[+]etcd ok\n[-]poststarthook/crd-informer-synced failed: reason withheld\n[+]shutdown ok\nreadyz check failed\n"
+	if resp := s.do(t, http.MethodGet, "/readyz", nil); resp.Code != http.StatusInternalServerError || string(resp.Body) != want {
+		t.Errorf("before the CRDs are served: GET /readyz = %d %q; want 500 %q", resp.Code, resp.Body, want)
+	}
+	if resp := s.do(t, http.MethodGet, "/livez", nil); resp.Code != http.StatusOK {
+		t.Errorf("before the CRDs are served: GET /livez = %d; want 200", resp.Code)
+	}
+	close(synced)
+	if resp := s.do(t, http.MethodGet, "/readyz?verbose", nil); resp.Code != http.StatusOK || !strings.Contains(string(resp.Body), "[+]poststarthook/crd-informer-synced ok") {
+		t.Errorf("once the CRDs are served: GET /readyz?verbose = %d %q; want 200 with the check passed", resp.Code, resp.Body)
+	}
+}
+
 // TestEtcdOutage stops etcd under a running server: /readyz fails within
 // about a second and a half, answering at once every time, /livez stays
 // ok, and API requests answer a 5xx Status with Retry-After within the

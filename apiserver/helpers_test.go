@@ -66,6 +66,8 @@ type serverOptions struct {
 	etcdRequestTimeout time.Duration
 	// shutdown, when closed, fails /readyz.
 	shutdown <-chan struct{}
+	// crdsSynced, until closed, fails /readyz.
+	crdsSynced <-chan struct{}
 	// logOut receives the server's JSON log (nil: discarded).
 	logOut io.Writer
 	// maxReadOnly and maxMutating are the in-flight limits (0: none);
@@ -129,6 +131,7 @@ func startServerWithOptions(t testing.TB, opts serverOptions) *testServer {
 		CORSAllowedOrigins: opts.cors,
 		StorageCheck:       monitor.Check,
 		ShutdownInitiated:  opts.shutdown,
+		CRDsSynced:         opts.crdsSynced,
 		Metrics:            reg,
 
 		MaxRequestsInFlight:         opts.maxReadOnly,

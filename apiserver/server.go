@@ -50,6 +50,10 @@ type Config struct {
 	// from then on /readyz fails (its shutdown check) while requests are
 	// still served. Nil: never.
 	ShutdownInitiated <-chan struct{}
+	// CRDsSynced is closed once the custom resources of the CRDs stored at
+	// start are served: until then /readyz fails (its check
+	// poststarthook/crd-informer-synced, kube's name). Nil: no such check.
+	CRDsSynced <-chan struct{}
 	// Metrics receives the API's metrics and is what /metrics serves, with
 	// whatever else the caller registered in it. Nil: a registry of the
 	// API's metrics alone.
@@ -152,7 +156,7 @@ func New(cfg Config) *Handler {
 	routes := withResourceRoutes(router, catalog, m)
 	limited := filters.WithLimits(routes, cfg.MaxRequestsInFlight, cfg.MaxMutatingRequestsInFlight, cfg.Metrics, writeError)
 	api := filters.WithCORS(filters.WithAuth(limited, cfg.Authentication, cfg.Authorizer, writeError, filteredRequests{catalog: catalog}), cfg.CORSAllowedOrigins)
-	probes := probeHandler(healthEndpoints(cfg.StorageCheck, cfg.ShutdownInitiated),
+	probes := probeHandler(healthEndpoints(cfg.StorageCheck, cfg.ShutdownInitiated, cfg.CRDsSynced),
 		promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
 	watches := &sync.WaitGroup{}
 	return &Handler{Handler: withRequestContext(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -23,6 +23,7 @@ import (
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/concord-dev/concord/etcdstore"
@@ -58,6 +59,9 @@ type Server struct {
 	// to; caughtUp is closed (and replaced) whenever it grows.
 	applied  int64
 	caughtUp chan struct{}
+	// synced is closed once the first watch's initial CRDs are applied.
+	synced     chan struct{}
+	syncedOnce sync.Once
 }
 
 // served is what one CRD makes the catalog serve.
@@ -74,6 +78,7 @@ type view struct {
 	// ref is the CRD's key, gr its resource.
 	ref        etcdstore.Ref
 	gr         schema.GroupResource
+	uid        types.UID
 	generation int64
 	names      apiextensionsv1.CustomResourceDefinitionNames
 	revision   atomic.Int64
@@ -96,7 +101,7 @@ type NewStore func(storage registry.Storage, res *registry.Resource) *registry.S
 // CustomResourceDefinition store) in catalog, their objects kept in
 // storage.
 func New(crds *registry.Store, catalog *registry.Catalog, storage registry.Storage, newStore NewStore, log *slog.Logger) *Server {
-	return &Server{crds: crds, catalog: catalog, storage: storage, newStore: newStore, log: log, served: map[string]served{}, removing: map[schema.GroupResource]*time.Timer{}, caughtUp: make(chan struct{})}
+	return &Server{crds: crds, catalog: catalog, storage: storage, newStore: newStore, log: log, served: map[string]served{}, removing: map[schema.GroupResource]*time.Timer{}, caughtUp: make(chan struct{}), synced: make(chan struct{})}
 }
 
 // Run watches the CRDs until ctx ends, keeping the catalog equal to what
@@ -113,6 +118,12 @@ func (s *Server) Run(ctx context.Context) {
 		}
 	}
 }
+
+// Synced is closed once the replica serves the custom resources of every
+// CRD stored when it started (kube-apiserver's readyz check
+// poststarthook/crd-informer-synced), so that a load balancer sends it no
+// request for them before.
+func (s *Server) Synced() <-chan struct{} { return s.synced }
 
 func (s *Server) watchOnce(ctx context.Context) error {
 	yes := true
@@ -135,6 +146,7 @@ func (s *Server) watchOnce(ctx context.Context) error {
 				initial = false
 			}
 			s.advance(meta)
+			s.syncedOnce.Do(func() { close(s.synced) })
 		case watch.Added, watch.Modified:
 			crd, ok := ev.Object.(*apiextensionsv1.CustomResourceDefinition)
 			if !ok {
@@ -209,7 +221,7 @@ func (s *Server) apply(crd *apiextensionsv1.CustomResourceDefinition) {
 		s.forget(crd.Name, rev)
 		return
 	}
-	view := &view{ref: s.crds.Ref("", crd.Name), gr: gr, generation: crd.Generation, names: crd.Status.AcceptedNames}
+	view := &view{ref: s.crds.Ref("", crd.Name), gr: gr, uid: crd.UID, generation: crd.Generation, names: crd.Status.AcceptedNames}
 	view.update(crd)
 	var stores []*registry.Store
 	for _, v := range crd.Spec.Versions {
@@ -428,7 +440,10 @@ func (s *Server) catchUp(ctx context.Context, name string, v *view, create bool)
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	if v.replaced.Load() || crd.Generation != v.generation || !equalNames(crd.Status.AcceptedNames, v.names) || !Serves(crd) {
+	switch {
+	case crd.UID != v.uid:
+		return changed(name, v.generation, "was deleted and created again")
+	case v.replaced.Load() || crd.Generation != v.generation || !equalNames(crd.Status.AcceptedNames, v.names) || !Serves(crd):
 		return changed(name, v.generation, fmt.Sprintf("is now at generation %d", crd.Generation))
 	}
 	return nil

@@ -258,3 +258,49 @@ func TestCreatesWhileTheCRDIsDeletedAreForbidden(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestSyncedOnceTheStoredCRDsAreServed: Synced closes only after the
+// catalog serves the resources of the CRDs stored when the replica started.
+func TestSyncedOnceTheStoredCRDsAreServed(t *testing.T) {
+	f := newFixture(t)
+	f.established(t)
+	select {
+	case <-f.server.Synced():
+		t.Fatal("Synced before the CRDs were watched")
+	default:
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); f.server.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-f.server.Synced():
+	case <-time.After(10 * time.Second):
+		t.Fatal("not Synced 10s after Run")
+	}
+	if _, ok := f.catalog.Lookup("example.com", "v1", "widgets"); !ok {
+		t.Error("Synced, but the stored CRD's widgets are not served")
+	}
+}
+
+// TestWriteAfterTheCRDWasCreatedAgain: a write checked against a CRD that
+// was since deleted and created again (same name and generation) is
+// refused and says so.
+func TestWriteAfterTheCRDWasCreatedAgain(t *testing.T) {
+	f := newFixture(t)
+	crd := f.established(t)
+	f.server.apply(crd)
+	old := f.widgets(t)
+	// Deleted (its cleanup done) and created again, both through another
+	// replica: this one has seen neither.
+	if _, err := f.storage.Storage.Delete(testCtx(t), f.crds.Ref("", crd.Name), revisionOf(crd.ResourceVersion)); err != nil {
+		t.Fatal(err)
+	}
+	again := f.established(t)
+	time.AfterFunc(200*time.Millisecond, func() { f.server.apply(again) })
+	_, err := old.Create(testCtx(t), "ns", widget("w", "medium"), registry.WriteOptions{})
+	var status *apierrors.StatusError
+	if !errors.As(err, &status) || status.ErrStatus.Code != http.StatusServiceUnavailable || !strings.Contains(status.ErrStatus.Message, "(it was deleted and created again); nothing was written") {
+		t.Fatalf("write checked against the CRD before it was created again = %v; want 503 saying so", err)
+	}
+}

@@ -146,7 +146,8 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 	newStore := func(storage registry.Storage, res *registry.Resource) *registry.Store {
 		return registry.NewStore(storage, res, registry.DefaultWatchConfig(), storeOpts...)
 	}
-	go crdserving.New(crds, catalog, store, newStore, log).Run(ctx)
+	crdServer := crdserving.New(crds, catalog, store, newStore, log)
+	go crdServer.Run(ctx)
 	go crdstatus.New(crds, log).Run(ctx)
 	go crdcleanup.New(crds, store, newStore, log).Run(ctx)
 	bootCtx, cancelBoot := context.WithTimeout(ctx, cfg.EtcdDialTimeout)
@@ -168,6 +169,7 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 		CORSAllowedOrigins: origins,
 		StorageCheck:       monitor.Check,
 		ShutdownInitiated:  shutdownInitiated,
+		CRDsSynced:         crdServer.Synced(),
 		Metrics:            metrics,
 
 		MaxRequestsInFlight:         cfg.MaxRequestsInFlight,
