@@ -11,14 +11,10 @@ package openapi
 
 import (
 	"fmt"
-	"reflect"
 	"sort"
 	"strings"
-	"sync"
 	"unicode"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/kube-openapi/pkg/builder"
 	"k8s.io/kube-openapi/pkg/builder3"
@@ -28,7 +24,7 @@ import (
 	"k8s.io/kube-openapi/pkg/util"
 	"k8s.io/kube-openapi/pkg/validation/spec"
 
-	"github.com/concord-dev/concord/apiserver/openapi/generated"
+	"github.com/concord-dev/concord/internal/openapidefs"
 	"github.com/concord-dev/concord/registry"
 )
 
@@ -72,33 +68,14 @@ func GroupVersions(resources []*registry.Resource) []schema.GroupVersion {
 // documented from their CRD instead; any other resource without generated
 // definitions is served, but not documented.
 func Documented(resources []*registry.Resource) []*registry.Resource {
-	defs := definitionNames()
+	defs := openapidefs.Names()
 	var out []*registry.Resource
 	for _, r := range resources {
-		if defs[definitionName(r.New())] && defs[definitionName(r.NewList())] {
+		if defs[openapidefs.Name(r.New())] && defs[openapidefs.Name(r.NewList())] {
 			out = append(out, r)
 		}
 	}
 	return out
-}
-
-// definitionNames are the names of the generated definitions.
-var definitionNames = sync.OnceValue(func() map[string]bool {
-	names := map[string]bool{}
-	for name := range generated.GetOpenAPIDefinitions(func(path string) spec.Ref { return spec.Ref{} }) {
-		names[name] = true
-	}
-	return names
-})
-
-// definitionName is the name of obj's type among the definitions, as the
-// builders find it (GetDefinitionName).
-func definitionName(obj any) string {
-	name := util.GetCanonicalTypeName(obj)
-	if strings.Contains(name, "/") { // a type without OpenAPIModelName
-		name = util.ToRESTFriendlyName(name)
-	}
-	return name
 }
 
 // Builder builds the documents of resources, again and again as they
@@ -139,7 +116,7 @@ func buildBuiltIn(resources []*registry.Resource, version string) (*Specs, error
 		c := containers[r.GroupVersion]
 		c.routes = append(c.routes, resourceRoutes(r)...)
 	}
-	namer := newDefinitionNamer(registry.Scheme)
+	namer := openapidefs.NewNamer(registry.Scheme)
 	info := &spec.Info{InfoProps: spec.InfoProps{Title: "Kubernetes", Version: version}}
 
 	specs := &Specs{V3: map[string]*spec3.OpenAPI{}}
@@ -148,7 +125,7 @@ func buildBuiltIn(resources []*registry.Resource, version string) (*Specs, error
 		all = append(all, containers[gv])
 		doc, err := builder3.BuildOpenAPISpecFromRoutes([]common.RouteContainer{containers[gv]}, &common.OpenAPIV3Config{
 			Info:                           info,
-			GetDefinitions:                 generated.GetOpenAPIDefinitions,
+			GetDefinitions:                 openapidefs.Definitions,
 			GetDefinitionName:              namer.GetDefinitionName,
 			GetOperationIDAndTagsFromRoute: operationIDAndTags,
 		})
@@ -159,7 +136,7 @@ func buildBuiltIn(resources []*registry.Resource, version string) (*Specs, error
 	}
 	v2, err := builder.BuildOpenAPISpecFromRoutes(all, &common.Config{
 		Info:                           info,
-		GetDefinitions:                 generated.GetOpenAPIDefinitions,
+		GetDefinitions:                 openapidefs.Definitions,
 		GetDefinitionName:              namer.GetDefinitionName,
 		GetOperationIDAndTagsFromRoute: operationIDAndTags,
 	})
@@ -170,69 +147,6 @@ func buildBuiltIn(resources []*registry.Resource, version string) (*Specs, error
 	v2.Definitions = handler.PruneDefaults(v2.Definitions)
 	specs.V2 = v2
 	return specs, nil
-}
-
-// definitionNamer names definitions as kube-apiserver does
-// (io.k8s.api.core.v1.ConfigMap) and marks the types that are kinds in the
-// scheme with x-kubernetes-group-version-kind, which kubectl explain and
-// client-side validation look up.
-type definitionNamer struct {
-	gvks map[string][]metav1.GroupVersionKind
-}
-
-func newDefinitionNamer(scheme *runtime.Scheme) *definitionNamer {
-	d := &definitionNamer{gvks: map[string][]metav1.GroupVersionKind{}}
-	for gvk, t := range scheme.AllKnownTypes() {
-		name := util.GetCanonicalTypeName(reflect.New(t).Interface())
-		if strings.Contains(name, "/") { // a type without OpenAPIModelName
-			name = util.ToRESTFriendlyName(name)
-		}
-		g := metav1.GroupVersionKind{Group: gvk.Group, Version: gvk.Version, Kind: gvk.Kind}
-		if !containsGVK(d.gvks[name], g) {
-			d.gvks[name] = append(d.gvks[name], g)
-		}
-	}
-	for _, list := range d.gvks {
-		sort.Slice(list, func(i, j int) bool {
-			a, b := list[i], list[j]
-			if a.Group != b.Group {
-				return a.Group < b.Group
-			}
-			if a.Version != b.Version {
-				return a.Version < b.Version
-			}
-			return a.Kind < b.Kind
-		})
-	}
-	return d
-}
-
-func containsGVK(list []metav1.GroupVersionKind, gvk metav1.GroupVersionKind) bool {
-	for _, g := range list {
-		if g == gvk {
-			return true
-		}
-	}
-	return false
-}
-
-// GetDefinitionName is kube-apiserver's DefinitionNamer.GetDefinitionName.
-// The generated definitions are keyed by model name already
-// (io.k8s.api.core.v1.ConfigMap, from the types' OpenAPIModelName); a Go
-// type path (k8s.io/api/core/v1.ConfigMap) is turned into that form.
-func (d *definitionNamer) GetDefinitionName(name string) (string, spec.Extensions) {
-	if strings.Contains(name, "/") {
-		name = util.ToRESTFriendlyName(name)
-	}
-	gvks, ok := d.gvks[name]
-	if !ok {
-		return name, nil
-	}
-	ext := make([]interface{}, 0, len(gvks))
-	for _, g := range gvks {
-		ext = append(ext, map[string]interface{}{"group": g.Group, "version": g.Version, "kind": g.Kind})
-	}
-	return name, spec.Extensions{"x-kubernetes-group-version-kind": ext}
 }
 
 var operationVerbs = util.NewTrie([]string{"get", "log", "read", "replace", "patch", "delete", "deletecollection", "watch", "connect", "proxy", "list", "create", "patch"})
