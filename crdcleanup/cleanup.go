@@ -87,7 +87,7 @@ func (c *Controller) cleanup(ctx context.Context, crd *apiextensionsv1.CustomRes
 		registry.SetCRDCondition(next, condition("InstanceDeletionCompleted", "removed all instances"), time.Now())
 		next.Finalizers = slices.DeleteFunc(next.Finalizers, func(f string) bool { return f == registry.CustomResourceCleanupFinalizer })
 	}
-	if _, werr := c.crds.UpdateStatus(ctx, "", crd.Name, next, registry.WriteOptions{}); werr != nil && !apierrors.IsConflict(werr) && !apierrors.IsNotFound(werr) {
+	if _, werr := c.crds.UpdateStatus(ctx, "", crd.Name, next, registry.WriteOptions{FieldManager: registry.ServerFieldManager}); werr != nil && !apierrors.IsConflict(werr) && !apierrors.IsNotFound(werr) {
 		return werr
 	}
 	if err == nil && remaining == 0 {

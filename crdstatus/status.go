@@ -115,7 +115,7 @@ func (c *Controller) sync(ctx context.Context, name string) {
 	}
 	next := crd.DeepCopy()
 	next.Status = want
-	if _, err := c.crds.UpdateStatus(ctx, "", name, next, registry.WriteOptions{}); err != nil {
+	if _, err := c.crds.UpdateStatus(ctx, "", name, next, registry.WriteOptions{FieldManager: registry.ServerFieldManager}); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			return // another replica wrote first, or it is gone: the watch brings what it is now
 		}

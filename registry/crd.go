@@ -61,6 +61,10 @@ var CustomResourceDefinitions = &Resource{
 	NewList:        func() runtime.Object { return &apiextensionsv1.CustomResourceDefinitionList{} },
 	Strategy:       crdStrategy{},
 	StatusStrategy: crdStatusStrategy{},
+	// kube's reset fields (its status strategy's leave out metadata, which
+	// its status writes may change).
+	ResetFields:       []string{"status"},
+	StatusResetFields: []string{"spec"},
 	// kube's update validation ratchets on the stored CRD (a rule it
 	// accepted before stays accepted, unchanged schemas are not costed
 	// again), so an update is only judged against it.

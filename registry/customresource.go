@@ -127,6 +127,9 @@ type customResourceDefinition struct {
 	versions              map[string]bool
 	preserveUnknownFields bool
 	webhook               bool
+	// mergeTypes are what server-side apply merges by, built at the first
+	// write (customresource_managedfields.go).
+	mergeTypes func() *mergeTypes
 }
 
 func newCustomResourceDefinition(in *apiextensionsv1.CustomResourceDefinition) (*customResourceDefinition, error) {
@@ -144,6 +147,7 @@ func newCustomResourceDefinition(in *apiextensionsv1.CustomResourceDefinition) (
 		preserveUnknownFields: crd.Spec.PreserveUnknownFields,
 		webhook:               crd.Spec.Conversion != nil && crd.Spec.Conversion.Strategy == apiextensionsv1.WebhookConverter,
 	}
+	d.mergeTypes = sync.OnceValue(d.buildMergeTypes)
 	if d.names.Plural == "" {
 		d.names = crd.Spec.Names
 		if d.names.Singular == "" {
@@ -257,6 +261,9 @@ func (d *customResourceDefinition) resource(version string) (*Resource, error) {
 	}
 	if strategy.status {
 		res.StatusStrategy = customResourceStatusStrategy{strategy}
+		// kube's strategies' reset fields.
+		res.ResetFields = []string{"status"}
+		res.StatusResetFields = []string{"metadata", "spec"}
 	}
 	if err := d.table(res, v); err != nil {
 		return nil, err

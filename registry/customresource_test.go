@@ -312,6 +312,7 @@ func TestCustomResourceCreate(t *testing.T) {
 	}
 	delete(metadata, "uid")
 	delete(metadata, "creationTimestamp")
+	delete(metadata, "managedFields") // apply_test.go checks them
 	want := map[string]any{
 		"apiVersion": "example.com/v1", "kind": "Widget",
 		"metadata": map[string]any{"name": "a", "namespace": "ns", "labels": map[string]any{"k": "v"}, "generation": float64(1)},

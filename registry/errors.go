@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -117,4 +118,20 @@ func newPreconditionRequired(message string) *apierrors.StatusError {
 		Reason:  StatusReasonPreconditionRequired,
 		Message: message,
 	}}
+}
+
+// applyStatus is the Status of a server-side apply the field manager
+// refused. Its conflicts (409, a cause per field), wrong kinds and versions
+// (400) are Statuses already; an applied object its types refuse (a field
+// they do not declare, a value of another type) is the client's, a 400 —
+// kube 1.37 answers it 500 with the same message.
+func applyStatus(err error) error {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		return err
+	}
+	if strings.HasPrefix(err.Error(), "failed to create typed patch object") {
+		return apierrors.NewBadRequest(err.Error())
+	}
+	return err
 }

@@ -21,6 +21,8 @@ var Namespaces = &Resource{
 	NewList:        func() runtime.Object { return &corev1.NamespaceList{} },
 	Strategy:       namespaceStrategy{},
 	IsNamespace:    true,
+	// As kube's namespace strategy: only the server writes the status.
+	ResetFields: []string{"status"},
 	// As kube's namespace strategy.
 	AllowUnconditionalUpdate: true,
 	TableColumns: []metav1.TableColumnDefinition{

@@ -81,7 +81,7 @@ func EnsureSystemNamespaces(ctx context.Context, stores []*Store) error {
 		}
 		for _, name := range SystemNamespaces {
 			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
-			if _, err := s.Create(ctx, "", ns, WriteOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			if _, err := s.Create(ctx, "", ns, WriteOptions{FieldManager: ServerFieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
 				return fmt.Errorf("create namespace %s: %w", name, err)
 			}
 		}

@@ -20,7 +20,7 @@ import (
 const maxJSONPatchOperations = 10000
 
 // Patch applies a JSON, merge or strategic-merge patch to the stored object
-// on the server. It runs in the same write loop as Update: if another write
+// on the server (a server-side apply is Apply). It runs in the same write loop as Update: if another write
 // lands first, the patch is applied again to the new state. The patch is
 // conditional only if it sets metadata.resourceVersion (409 when stale) or
 // conds carry If-Match (412).
@@ -34,7 +34,7 @@ func (s *Store) Patch(ctx context.Context, namespace, name string, pt types.Patc
 			Status:  metav1.StatusFailure,
 			Code:    http.StatusUnsupportedMediaType,
 			Reason:  metav1.StatusReasonUnsupportedMediaType,
-			Message: "the body of the request was in an unknown format - accepted media types include: " + string(types.JSONPatchType) + ", " + string(types.MergePatchType),
+			Message: "the body of the request was in an unknown format - accepted media types include: " + string(types.JSONPatchType) + ", " + string(types.MergePatchType) + ", " + string(types.ApplyYAMLPatchType),
 		}}
 	}
 	if pt == types.JSONPatchType {

@@ -92,6 +92,10 @@ type Resource struct {
 	// and checked with it (status.go). The main Strategy then keeps the
 	// stored status on update, as kube's strategies do.
 	StatusStrategy UpdateStrategy
+	// ResetFields are the top-level fields the Strategy resets whatever a
+	// write says, and StatusResetFields those the StatusStrategy resets:
+	// kube's GetResetFields, which managedFields count as nobody's.
+	ResetFields, StatusResetFields []string
 	// ValidateCreatesOnly: Strategy.Validate is for creates only, so a
 	// replace is checked by ValidateUpdate alone, against the stored object
 	// whose state may relax the rules (kube's CRD validation ratchets on

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	jsonserializer "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	kjson "sigs.k8s.io/json"
 
@@ -84,12 +85,16 @@ type Store struct {
 	// unconditionalReport is told of each one done (unconditional.go).
 	unconditional       UnconditionalUpdate
 	unconditionalReport func(ctx context.Context, u UnconditionalReplace)
+	// fields are the resource's field managers, built at its first write
+	// (managedfields.go).
+	fields func() (*fieldManagers, error)
 }
 
 // NewStore returns the store of res over storage.
 func NewStore(storage Storage, res *Resource, cfg WatchConfig, opts ...StoreOption) *Store {
 	s := &Store{Resource: res, storage: storage, recent: newRecent(), transformer: encryption.Identity()}
 	s.cache = newReadCache(s)
+	s.fields = sync.OnceValues(func() (*fieldManagers, error) { return newFieldManagers(res) })
 	s.revisions = newRevisionReader(storage.CurrentRevision)
 	for _, o := range opts {
 		o(s)
@@ -235,6 +240,10 @@ func (s *Store) Create(ctx context.Context, namespace string, obj Object, opts W
 	obj.SetDeletionTimestamp(nil)
 	obj.SetDeletionGracePeriodSeconds(nil)
 	obj.SetGeneration(0)
+	obj, err := s.trackUpdate(nil, obj, opts)
+	if err != nil {
+		return nil, err
+	}
 	s.Resource.Strategy.PrepareForCreate(obj)
 	generated := obj.GetName() == "" && obj.GetGenerateName() != ""
 	for attempt := 1; ; attempt++ {
@@ -310,9 +319,21 @@ type WriteOptions struct {
 	// (the HTTP layer decodes custom objects so), so the store does not
 	// decode it again.
 	Decoded bool
+	// FieldManager is who writes, for the object's managedFields: the
+	// request's fieldManager, else the first part of its User-Agent, as
+	// kube's handlers name it; an apply's manager.
+	FieldManager string
+	// Force: an apply takes the fields other managers own (force=true).
+	Force bool
+	// Scale: the write is of the scale subresource, which its
+	// managedFields entry says.
+	Scale bool
 	// status: the write replaces the status only (UpdateStatus,
 	// PatchStatus), prepared and checked with the StatusStrategy.
 	status bool
+	// applied: server-side apply merged the object and its managedFields
+	// (apply.go); they are not tracked again.
+	applied bool
 }
 
 // maxWriteAttempts bounds the re-reads of a write that races other writes.
@@ -349,6 +370,11 @@ func (s *Store) Update(ctx context.Context, namespace, name string, obj Object, 
 		unconditional = true
 	}
 
+	if managedfields.ValidateManagedFields(obj.GetManagedFields()) != nil {
+		// kube's field manager ignores managedFields that do not decode
+		// (the stored ones stay): they fail no replace.
+		obj.SetManagedFields(nil)
+	}
 	if err := s.validateAlone(obj, false); err != nil {
 		return nil, false, err
 	}
@@ -402,8 +428,9 @@ func (s *Store) replace(ctx context.Context, namespace, name string, opts WriteO
 		// again from etcd — except a write etcd may have applied, whose
 		// re-read could find its own result.
 		stored, old, remembered, err := s.readForWrite(ctx, namespace, name, attempt == 0 && !opts.CreateOnly && !opts.DryRun)
-		// A status write never creates the object (UpdateStatus).
-		if errors.Is(err, etcdstore.ErrNotFound) && opts.CreateOnly && !opts.status {
+		// A status write never creates the object (UpdateStatus); an apply
+		// does (Apply).
+		if errors.Is(err, etcdstore.ErrNotFound) && (opts.CreateOnly || opts.applied) && !opts.status {
 			obj, err := build(nil)
 			if err != nil {
 				return nil, false, err
@@ -450,7 +477,7 @@ func (s *Store) replaceFrom(ctx context.Context, namespace, name string, opts Wr
 		return nil, false, apierrors.NewConflict(gr, name, errors.New(OptimisticLockErrorMsg))
 	}
 	strategy := s.updateStrategy(opts)
-	next, err := s.prepareUpdate(ctx, obj, old, strategy)
+	next, err := s.prepareUpdate(ctx, obj, old, strategy, opts)
 	if err != nil {
 		return nil, false, err
 	}
@@ -547,12 +574,16 @@ func copyObject(obj Object) Object {
 
 // prepareUpdate checks obj as a replacement of old and carries over what the
 // system owns, with strategy (the resource's, or its StatusStrategy for a
-// status write). It works on a copy, so a retried write starts from the
-// client's object again.
-func (s *Store) prepareUpdate(ctx context.Context, in, old Object, strategy UpdateStrategy) (Object, error) {
+// status write), once its managedFields record the write. It works on a
+// copy, so a retried write starts from the client's object again.
+func (s *Store) prepareUpdate(ctx context.Context, in, old Object, strategy UpdateStrategy, opts WriteOptions) (Object, error) {
 	obj, ok := in.DeepCopyObject().(Object)
 	if !ok {
 		return nil, fmt.Errorf("copy of %T is not an Object", in)
+	}
+	obj, err := s.trackUpdate(old, obj, opts)
+	if err != nil {
+		return nil, err
 	}
 	gr := s.Resource.GroupResource()
 	if uid := obj.GetUID(); uid != "" && uid != old.GetUID() {

@@ -1,0 +1,224 @@
+package registry
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/managedfields"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+
+	"github.com/concord-dev/concord/internal/openapidefs"
+)
+
+// managedFields are tracked as kube-apiserver 1.37 tracks them, by its own
+// library (k8s.io/apimachinery/pkg/util/managedfields): every create,
+// replace and patch records what its manager (WriteOptions.FieldManager)
+// changed as an Update entry, status and scale writes with their
+// subresource, and server-side apply (apply.go) merges by the same field
+// managers.
+
+// ServerFieldManager is the manager of the writes the server makes itself
+// (the CRDs' names, conditions and cleanup, the system namespaces), named
+// as kube-apiserver's own controllers are in managedFields.
+const ServerFieldManager = "kube-apiserver"
+
+// fieldManagers are the field managers of one resource's objects: one per
+// subresource written, as kube-apiserver has one per REST storage.
+type fieldManagers struct {
+	main, status, scale *managedfields.FieldManager
+}
+
+// mergeTypes are what a resource's field managers merge and convert
+// objects by.
+type mergeTypes struct {
+	converter managedfields.TypeConverter
+	convertor runtime.ObjectConvertor
+	defaulter runtime.ObjectDefaulter
+	creater   runtime.ObjectCreater
+	// custom: the types are a CRD's (kube's CRD field manager).
+	custom bool
+}
+
+// newFieldManagers builds res's field managers, with kube's reset fields:
+// those a strategy resets whatever a write says are nobody's.
+func newFieldManagers(res *Resource) (*fieldManagers, error) {
+	var t *mergeTypes
+	if s, ok := res.Strategy.(*customResourceStrategy); ok {
+		t = s.def.mergeTypes()
+	} else {
+		converter, err := builtInTypeConverter()
+		if err != nil {
+			return nil, err
+		}
+		t = &mergeTypes{converter: converter, convertor: builtInConvertor{Scheme}, defaulter: Scheme, creater: Scheme}
+	}
+	newManager := managedfields.NewDefaultFieldManager
+	if t.custom {
+		newManager = managedfields.NewDefaultCRDFieldManager
+	}
+	gvk := res.GroupVersionKind()
+	build := func(subresource string, reset []string) (*managedfields.FieldManager, error) {
+		m, err := newManager(t.converter, t.convertor, t.defaulter, t.creater, gvk, gvk.GroupVersion(), subresource, resetFilter(gvk.GroupVersion(), reset))
+		if err != nil {
+			return nil, fmt.Errorf("registry: the field manager of %s: %w", res.GroupResource(), err)
+		}
+		return m, nil
+	}
+	m := &fieldManagers{}
+	var err error
+	if m.main, err = build("", res.ResetFields); err != nil {
+		return nil, err
+	}
+	if res.StatusStrategy != nil {
+		if m.status, err = build("status", res.StatusResetFields); err != nil {
+			return nil, err
+		}
+	}
+	if _, ok := res.Scale(); ok {
+		if m.scale, err = build("scale", nil); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// resetFilter excludes the top-level fields reset of gv's managed fields.
+func resetFilter(gv schema.GroupVersion, reset []string) map[fieldpath.APIVersion]fieldpath.Filter {
+	if len(reset) == 0 {
+		return nil
+	}
+	set := fieldpath.NewSet()
+	for _, f := range reset {
+		set.Insert(fieldpath.MakePathOrDie(f))
+	}
+	return fieldpath.NewExcludeFilterSetMap(map[fieldpath.APIVersion]*fieldpath.Set{fieldpath.APIVersion(gv.String()): set})
+}
+
+// fieldManager is the field manager of a write with opts: the status or
+// scale subresource's, or the resource's.
+func (s *Store) fieldManager(opts WriteOptions) (*managedfields.FieldManager, error) {
+	m, err := s.fields()
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case opts.status:
+		return m.status, nil
+	case opts.Scale && m.scale != nil:
+		return m.scale, nil
+	}
+	return m.main, nil
+}
+
+// trackUpdate records in obj's managedFields what opts' manager changed
+// from live (nil for a create), as kube's handlers do before the strategy
+// runs (UpdateNoErrors: a failure keeps live's). An apply has done so.
+func (s *Store) trackUpdate(live, obj Object, opts WriteOptions) (Object, error) {
+	if opts.applied {
+		return obj, nil
+	}
+	m, err := s.fieldManager(opts)
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	if live == nil {
+		live = s.Resource.New()
+	}
+	out, ok := m.UpdateNoErrors(live, obj, opts.FieldManager).(Object)
+	if !ok {
+		return nil, apierrors.NewInternalError(fmt.Errorf("registry: the field manager of %s returned no object", s.Resource.GroupResource()))
+	}
+	storedTimes(out)
+	return out, nil
+}
+
+// storedTimes truncates the managedFields times to the second, as they are
+// stored (JSON and protobuf keep seconds), so that a write answers the
+// object it stored.
+func storedTimes(obj Object) {
+	entries := obj.GetManagedFields()
+	changed := false
+	for i, e := range entries {
+		if e.Time != nil && e.Time.Nanosecond() != 0 {
+			entries[i].Time = &metav1.Time{Time: e.Time.Truncate(time.Second)}
+			changed = true
+		}
+	}
+	if changed {
+		obj.SetManagedFields(entries)
+	}
+}
+
+// builtInTypeConverter is the types of the built-in resources, from their
+// OpenAPI definitions, as kube-apiserver builds them for server-side apply.
+var builtInTypeConverter = sync.OnceValues(func() (managedfields.TypeConverter, error) {
+	var objs []runtime.Object
+	defined := openapidefs.Names()
+	for _, r := range Resources {
+		if obj := r.New(); defined[openapidefs.Name(obj)] {
+			objs = append(objs, obj)
+		}
+	}
+	models, err := openapidefs.Models(openapidefs.NewNamer(Scheme), objs...)
+	if err != nil {
+		return nil, fmt.Errorf("registry: the OpenAPI models of the built-in resources: %w", err)
+	}
+	return managedfields.NewTypeConverter(models, false)
+})
+
+// builtInConvertor converts the objects the field managers of built-in
+// resources compare: with the scheme, and between the versions a
+// StorageVersion serves (core/v1 and events.k8s.io/v1 Events), which kube
+// converts through its internal version.
+type builtInConvertor struct{ *runtime.Scheme }
+
+// ConvertToVersion leaves a typed object already in target as it is,
+// unwritten: the stored objects the field managers read are shared.
+func (c builtInConvertor) ConvertToVersion(in runtime.Object, target runtime.GroupVersioner) (runtime.Object, error) {
+	gvk := in.GetObjectKind().GroupVersionKind()
+	if _, ok := in.(runtime.Unstructured); !ok && !gvk.Empty() {
+		if to, ok := target.KindForGroupVersionKinds([]schema.GroupVersionKind{gvk}); ok && to == gvk {
+			return in, nil
+		}
+	}
+	out, err := c.Scheme.UnsafeConvertToVersion(in, target)
+	if !runtime.IsNotRegisteredError(err) {
+		return out, err
+	}
+	typed, terr := c.Scheme.UnsafeConvertToVersion(in, gvk.GroupVersion())
+	obj, ok := typed.(Object)
+	if terr != nil || !ok {
+		return nil, err
+	}
+	for _, r := range Resources {
+		sv := r.Storage
+		if sv == nil {
+			continue
+		}
+		var convert func(Object) (Object, error)
+		var to schema.GroupVersionKind
+		switch gvk {
+		case r.GroupVersionKind():
+			convert, to = sv.ToStored, sv.Of.GroupVersionKind()
+		case sv.Of.GroupVersionKind():
+			convert, to = sv.FromStored, r.GroupVersionKind()
+		default:
+			continue
+		}
+		if _, ok := target.KindForGroupVersionKinds([]schema.GroupVersionKind{to}); !ok {
+			continue
+		}
+		converted, cerr := convert(obj)
+		if cerr != nil {
+			return nil, cerr
+		}
+		converted.GetObjectKind().SetGroupVersionKind(to)
+		return converted, nil
+	}
+	return nil, err
+}
