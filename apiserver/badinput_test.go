@@ -311,13 +311,13 @@ func TestBadInputIsRefusedWithStatusAndNothingStored(t *testing.T) {
 			name: "21a PATCH with a JSON body that is no patch type", method: http.MethodPatch, path: ns + "/existing",
 			body: `{"data":{"k":"patched"}}`, header: []string{"Content-Type", "application/json"},
 			code: http.StatusUnsupportedMediaType, reason: metav1.StatusReasonUnsupportedMediaType,
-			message: "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json",
+			message: "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml",
 		},
 		{
-			name: "21b PATCH with server-side apply", method: http.MethodPatch, path: ns + "/existing",
+			name: "21b server-side apply without a fieldManager", method: http.MethodPatch, path: ns + "/existing",
 			body: `{"data":{"k":"patched"}}`, header: []string{"Content-Type", "application/apply-patch+yaml"},
-			code: http.StatusUnsupportedMediaType, reason: metav1.StatusReasonUnsupportedMediaType,
-			prefix: "server-side apply (application/apply-patch+yaml) is not supported yet",
+			code: http.StatusUnprocessableEntity, reason: metav1.StatusReasonInvalid,
+			message: `PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for apply patch`,
 		},
 		{
 			name: "21c JSON patch whose test fails", method: http.MethodPatch, path: ns + "/existing",

@@ -136,7 +136,7 @@ func TestOpenAPIV3IndexAndDocuments(t *testing.T) {
 	if got := item.Patch.Extensions["x-kubernetes-action"]; got != "patch" {
 		t.Errorf("PATCH configmaps x-kubernetes-action = %v; want patch", got)
 	}
-	for _, p := range []string{"fieldValidation", "dryRun", "fieldManager"} {
+	for _, p := range []string{"fieldValidation", "dryRun", "fieldManager", "force"} {
 		if !hasQueryParam(item.Patch, p) {
 			t.Errorf("PATCH configmaps has no %s query parameter", p)
 		}
@@ -144,7 +144,7 @@ func TestOpenAPIV3IndexAndDocuments(t *testing.T) {
 	if item.Patch.RequestBody == nil {
 		t.Fatal("PATCH configmaps has no request body")
 	}
-	for _, ct := range []string{"application/json-patch+json", "application/merge-patch+json", "application/strategic-merge-patch+json"} {
+	for _, ct := range []string{"application/json-patch+json", "application/merge-patch+json", "application/strategic-merge-patch+json", "application/apply-patch+yaml"} {
 		if _, ok := item.Patch.RequestBody.Content[ct]; !ok {
 			t.Errorf("PATCH configmaps request body has no %s", ct)
 		}

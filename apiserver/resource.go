@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/validation/path"
@@ -120,9 +122,15 @@ func (h *resourceHandler) checkAccept(r *http.Request) error {
 // (strong comparison) and If-None-Match (weak comparison; "*" means
 // create-only) into the registry's conditions. A malformed header is 400.
 func writeOptions(r *http.Request, kind string) (registry.WriteOptions, error) {
+	return checkedWriteOptions(r, kind, nil)
+}
+
+// checkedWriteOptions is writeOptions, answering errs (the options' own
+// checks) among the 422's causes.
+func checkedWriteOptions(r *http.Request, kind string, errs field.ErrorList) (registry.WriteOptions, error) {
 	var conds registry.WriteOptions
 	q := r.URL.Query()
-	var errs field.ErrorList
+	conds.FieldManager = managerOrUserAgent(q.Get("fieldManager"), r.UserAgent())
 	for _, v := range q["dryRun"] {
 		if v != metav1.DryRunAll {
 			errs = append(errs, field.NotSupported(field.NewPath("dryRun"), v, []string{metav1.DryRunAll}))
@@ -160,6 +168,26 @@ func writeOptions(r *http.Request, kind string) (registry.WriteOptions, error) {
 		conds.CreateOnly = ifNoneMatch.any && r.Method == http.MethodPut
 	}
 	return conds, nil
+}
+
+// managerOrUserAgent is kube's name of a write's manager: the fieldManager
+// given, else the User-Agent up to its first "/", printable characters
+// only, at most 128 bytes ("kubectl", "Go-http-client").
+func managerOrUserAgent(manager, userAgent string) string {
+	if manager != "" {
+		return manager
+	}
+	var b strings.Builder
+	for _, c := range strings.Split(userAgent, "/")[0] {
+		if !unicode.IsPrint(c) {
+			continue
+		}
+		if b.Len()+utf8.RuneLen(c) > 128 {
+			break
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
 }
 
 func listOptions(r *http.Request) (*metainternalversion.ListOptions, error) {

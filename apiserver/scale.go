@@ -153,18 +153,18 @@ func (h *resourceHandler) updateScale(w http.ResponseWriter, r *http.Request, sc
 	return h.writeScale(r.Context(), sc, conds, false, func(*autoscalingv1.Scale) (*autoscalingv1.Scale, error) { return in, nil })
 }
 
-// patchScale is a PATCH of a Scale: merge or JSON (kube offers no
-// strategic merge patch on a custom resource's subresources either).
+// scalePatchTypes are the patches of a Scale: merge or JSON (kube offers no
+// strategic merge patch on a custom resource's subresources either; its
+// server-side apply of a Scale is not served).
+var scalePatchTypes = []types.PatchType{types.JSONPatchType, types.MergePatchType}
+
+// patchScale is a PATCH of a Scale.
 func (h *resourceHandler) patchScale(w http.ResponseWriter, r *http.Request, sc registry.ScaleSubresource) (*autoscalingv1.Scale, error) {
-	pt, err := patchType(r)
+	pt, err := patchType(r, scalePatchTypes)
 	if err != nil {
 		return nil, err
 	}
-	if pt == types.StrategicMergePatchType {
-		return nil, statusError(http.StatusUnsupportedMediaType, metav1.StatusReasonUnsupportedMediaType,
-			"the body of the request was in an unknown format - accepted media types include: "+string(types.JSONPatchType)+", "+string(types.MergePatchType))
-	}
-	conds, err := writeOptions(r, "PatchOptions")
+	conds, err := patchOptions(r, pt)
 	if err != nil {
 		return nil, err
 	}
@@ -239,6 +239,7 @@ const maxScaleAttempts = 10
 // (If-Match, or a patch, which is applied to what was read), by the
 // revision read, reading again when another write lands first.
 func (h *resourceHandler) writeScale(ctx context.Context, sc registry.ScaleSubresource, conds registry.WriteOptions, patch bool, build func(current *autoscalingv1.Scale) (*autoscalingv1.Scale, error)) (*autoscalingv1.Scale, error) {
+	conds.Scale = true
 	for attempt := 1; ; attempt++ {
 		obj, err := h.store.Get(ctx, h.namespace, h.name)
 		if err != nil {

@@ -80,7 +80,7 @@ func subresourceVerb(method string) string {
 // status serves .../{name}/status: GET reads the object (?watch is
 // ignored, as kube does), PUT replaces its status (Store.UpdateStatus:
 // conditional, 428 without a version, nothing else of the object changed),
-// PATCH patches it (Store.PatchStatus).
+// PATCH patches or applies it (Store.PatchStatus, ApplyStatus).
 func (h *resourceHandler) status(w http.ResponseWriter, r *http.Request) {
 	namespace, name := h.namespace, h.name
 	switch r.Method {
@@ -105,8 +105,13 @@ func (h *resourceHandler) status(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("ETag", etag(updated.GetResourceVersion()))
 		h.writeWritten(w, r, http.StatusOK, updated, conds.DryRun)
 	case http.MethodPatch:
-		h.servePatch(w, r, func(ctx context.Context, pt types.PatchType, body []byte, conds registry.WriteOptions) (registry.Object, error) {
-			return h.store.PatchStatus(ctx, namespace, name, pt, body, conds)
+		h.servePatch(w, r, func(ctx context.Context, pt types.PatchType, body []byte, conds registry.WriteOptions) (registry.Object, bool, error) {
+			if pt == types.ApplyYAMLPatchType {
+				obj, err := h.store.ApplyStatus(ctx, namespace, name, body, conds)
+				return obj, false, err
+			}
+			obj, err := h.store.PatchStatus(ctx, namespace, name, pt, body, conds)
+			return obj, false, err
 		})
 	}
 }
