@@ -258,6 +258,12 @@ func TestManagedFieldsInRequests(t *testing.T) {
 		entry{"a", "Apply", "v1", "", `{"f:data":{"f:l":{}}}`},
 		entry{"before-first-apply", "Update", "v1", "", `{"f:data":{".":{},"f:k":{}}}`})
 
+	long := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "long", ManagedFields: []metav1.ManagedFieldsEntry{
+		{Manager: strings.Repeat("m", 129), Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:data":{}}`)}}}}}
+	_, err = s.Create(ctx, "ns", long, WriteOptions{FieldManager: "c"})
+	wantStatus(t, "a manager name too long", err, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid,
+		`ConfigMap "long" is invalid: metadata.managedFields[0].manager: Too long: may not be more than 128 bytes`)
+
 	_, _, err = apply(t, s, "cm", []byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cm","managedFields":[]}}`), WriteOptions{FieldManager: "a"})
 	wantStatus(t, "apply with managedFields", err, http.StatusBadRequest, metav1.StatusReasonBadRequest, "metadata.managedFields must be nil")
 }
