@@ -145,8 +145,12 @@ func (s *Store) trackUpdate(live, obj Object, opts WriteOptions) (Object, error)
 
 // storedTimes truncates the managedFields times to the second, as they are
 // stored (JSON and protobuf keep seconds), so that a write answers the
-// object it stored.
+// object it stored. A custom object holds them as strings of seconds
+// already.
 func storedTimes(obj Object) {
+	if _, ok := obj.(*unstructured.Unstructured); ok {
+		return
+	}
 	entries := obj.GetManagedFields()
 	changed := false
 	for i, e := range entries {
