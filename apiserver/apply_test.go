@@ -218,8 +218,14 @@ func TestApplyBadInputHTTP(t *testing.T) {
 			}
 		})
 	}
+	// fieldValidation Warn (the default): a duplicate field is a warning
+	// per YAML error line, as kube's.
+	resp := s.apply(t, nsPath+"/dup", "fieldManager=a", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: dup\ndata:\n  k: a\n  k: b\n")
+	if want := []string{`299 - "line 7: key \"k\" already set in map"`}; resp.Code != http.StatusCreated || !cmp.Equal(resp.Header.Values("Warning"), want) {
+		t.Errorf("apply with a duplicate key: %d, warnings %q; want 201 and %q", resp.Code, resp.Header.Values("Warning"), want)
+	}
 	// A namespace that does not exist guards the create.
-	resp := s.apply(t, "/api/v1/namespaces/missing/configmaps/bad", "fieldManager=a", configMapApply("bad", "{}"))
+	resp = s.apply(t, "/api/v1/namespaces/missing/configmaps/bad", "fieldManager=a", configMapApply("bad", "{}"))
 	if resp.Code != http.StatusNotFound || !strings.Contains(string(resp.Body), `namespaces \"missing\" not found`) {
 		t.Errorf("apply in a missing namespace: %d %s; want 404 naming it", resp.Code, resp.Body)
 	}

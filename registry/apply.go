@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -57,7 +58,7 @@ func (s *Store) Apply(ctx context.Context, namespace, name string, patch []byte,
 		if opts.Warnings != nil {
 			var warnings []string
 			if strictErr != nil {
-				warnings = []string{strictErr.Error()}
+				warnings = yamlWarnings(strictErr)
 			}
 			opts.Warnings(warnings)
 		}
@@ -101,4 +102,26 @@ func (s *Store) checkApplied(namespace, name string, obj, old Object, opts Write
 		return apierrors.NewBadRequest(fmt.Sprintf("the name of the object (%s) does not match the name on the URL (%s)", obj.GetName(), name))
 	}
 	return s.checkNamespace(namespace, obj)
+}
+
+// yamlWarnings are the warnings of a strict YAML decoding error as kube
+// answers them (parseYAMLWarnings): one per line of its list, without its
+// heading.
+func yamlWarnings(err error) []string {
+	text := err.Error()
+	var list string
+	for _, heading := range []string{"yaml: unmarshal errors:\n", "error converting YAML to JSON: yaml: unmarshal errors:\n"} {
+		if rest, ok := strings.CutPrefix(text, heading); ok {
+			list = rest
+			break
+		}
+	}
+	if list == "" {
+		return []string{text}
+	}
+	lines := strings.Split(list, "\n")
+	for i, l := range lines {
+		lines[i] = strings.TrimSpace(l)
+	}
+	return lines
 }

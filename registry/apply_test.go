@@ -326,8 +326,8 @@ func TestApplyBadInput(t *testing.T) {
 	if _, _, err := apply(t, s, "x", []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {k: a, k: b}\n"), WriteOptions{FieldManager: "a", Warnings: func(w []string) { warned = w }}); err != nil {
 		t.Fatal(err)
 	}
-	if len(warned) != 1 || !strings.Contains(warned[0], `key "k" already set in map`) {
-		t.Errorf("warnings %q; want the duplicate field", warned)
+	if want := []string{`line 4: key "k" already set in map`}; !cmp.Equal(warned, want) {
+		t.Errorf("warnings %q; want %q, as kube", warned, want)
 	}
 }
 
