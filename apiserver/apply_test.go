@@ -16,7 +16,8 @@ import (
 const applyYAML = "application/apply-patch+yaml"
 
 // managed is a managedFields entry as the API answers it, without its
-// time (checked to be set).
+// time (checked to be set but for the scale subresource's: kube's
+// ScaleHandler keeps the object's time of a manager, none for a new one).
 type managed struct {
 	Manager, Operation, APIVersion, Subresource string
 	Fields                                      string
@@ -26,7 +27,7 @@ func managedOf(t *testing.T, obj metav1.Object) []managed {
 	t.Helper()
 	var out []managed
 	for _, e := range obj.GetManagedFields() {
-		if e.FieldsType != "FieldsV1" || e.FieldsV1 == nil || e.Time == nil {
+		if e.FieldsType != "FieldsV1" || e.FieldsV1 == nil || (e.Time == nil && e.Subresource != "scale") {
 			t.Errorf("managedFields entry %+v: want fieldsType FieldsV1, fieldsV1 and a time", e)
 			continue
 		}
@@ -289,8 +290,9 @@ func TestApplyConcurrentHTTP(t *testing.T) {
 }
 
 // TestApplyCustomResourceHTTP: a custom object is applied and its status
-// subresource too (an entry of its own), its scale subresource records its
-// writes; a strategic merge patch and an apply of the Scale are 415.
+// and scale subresources too, each write recorded as its subresource's (a
+// Scale's managers are the object's managers of its spec replicas); a
+// strategic merge patch is 415.
 func TestApplyCustomResourceHTTP(t *testing.T) {
 	s := startCRDServer(t)
 	s.createCRD(t, gadgetsCRD)
@@ -323,9 +325,31 @@ func TestApplyCustomResourceHTTP(t *testing.T) {
 		managed{"c", "Apply", "example.com/v1", "status", `{"f:status":{"f:ready":{}}}`},
 		managed{"scaler", "Update", "example.com/v1", "scale", `{"f:spec":{"f:replicas":{}}}`})
 
-	wantFailure(t, "apply of a Scale", s.apply(t, item+"/scale", "fieldManager=a", `{"apiVersion":"autoscaling/v1","kind":"Scale","metadata":{"name":"g"},"spec":{"replicas":2}}`),
-		http.StatusUnsupportedMediaType, metav1.StatusReasonUnsupportedMediaType,
-		"the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json")
+	scale := `{"apiVersion":"autoscaling/v1","kind":"Scale","metadata":{"name":"g"},"spec":{"replicas":2}}`
+	wantFailure(t, "apply of a Scale", s.apply(t, item+"/scale", "fieldManager=a", scale),
+		http.StatusConflict, metav1.StatusReasonConflict,
+		`Apply failed with 1 conflict: conflict with "scaler" with subresource "scale" using autoscaling/v1: .spec.replicas`,
+		metav1.StatusCause{Type: metav1.CauseTypeFieldManagerConflict, Message: `conflict with "scaler" with subresource "scale" using autoscaling/v1`, Field: ".spec.replicas"})
+	resp = s.apply(t, item+"/scale", "fieldManager=a&force=true", scale)
+	if resp.Code != http.StatusOK || !strings.Contains(string(resp.Body), `"kind":"Scale"`) || !strings.Contains(string(resp.Body), `"replicas":2`) {
+		t.Fatalf("forced apply of the Scale: %d %s", resp.Code, resp.Body)
+	}
+	got = s.do(t, http.MethodGet, item, nil).object(t)
+	if replicas, _, _ := unstructuredInt(got.Object, "spec", "replicas"); replicas != 2 {
+		t.Errorf("replicas %d after the forced Scale apply; want 2", replicas)
+	}
+	// Without a time, a's scale entry sorts first; scaler's went with the
+	// replicas.
+	wantManaged(t, "scale applied", got,
+		managed{"a", "Apply", "example.com/v1", "scale", `{"f:spec":{"f:replicas":{}}}`},
+		managed{"a", "Apply", "example.com/v1", "", `{"f:spec":{"f:color":{}}}`},
+		managed{"c", "Apply", "example.com/v1", "status", `{"f:status":{"f:ready":{}}}`})
+	wantFailure(t, "apply of a Scale of another name", s.apply(t, item+"/scale", "fieldManager=a", strings.Replace(scale, `"g"`, `"h"`, 1)),
+		http.StatusBadRequest, metav1.StatusReasonBadRequest, "the name of the object (h) does not match the name on the URL (g)")
+	wantFailure(t, "apply of a Scale without fieldManager", s.apply(t, item+"/scale", "", scale),
+		http.StatusUnprocessableEntity, metav1.StatusReasonInvalid,
+		`PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for apply patch`,
+		metav1.StatusCause{Type: metav1.CauseTypeFieldValueRequired, Message: "Required value: is required for apply patch", Field: "fieldManager"})
 	wantFailure(t, "strategic merge patch", s.do(t, http.MethodPatch, item, `{}`, "Content-Type", "application/strategic-merge-patch+json"),
 		http.StatusUnsupportedMediaType, metav1.StatusReasonUnsupportedMediaType,
 		"the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml")

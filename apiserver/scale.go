@@ -150,13 +150,13 @@ func (h *resourceHandler) updateScale(w http.ResponseWriter, r *http.Request, sc
 	if in.Namespace != "" && in.Namespace != h.namespace {
 		return nil, apierrors.NewBadRequest("the namespace of the provided object does not match the namespace sent on the request")
 	}
-	return h.writeScale(r.Context(), sc, conds, false, func(*autoscalingv1.Scale) (*autoscalingv1.Scale, error) { return in, nil })
+	return h.writeScale(r.Context(), sc, conds, false, h.trackedScale(conds, func(*autoscalingv1.Scale) (*autoscalingv1.Scale, error) { return in, nil }))
 }
 
-// scalePatchTypes are the patches of a Scale: merge or JSON (kube offers no
-// strategic merge patch on a custom resource's subresources either; its
-// server-side apply of a Scale is not served).
-var scalePatchTypes = []types.PatchType{types.JSONPatchType, types.MergePatchType}
+// scalePatchTypes are the patches of a Scale: merge, JSON or server-side
+// apply (kube offers no strategic merge patch on a custom resource's
+// subresources either).
+var scalePatchTypes = []types.PatchType{types.JSONPatchType, types.MergePatchType, types.ApplyYAMLPatchType}
 
 // patchScale is a PATCH of a Scale.
 func (h *resourceHandler) patchScale(w http.ResponseWriter, r *http.Request, sc registry.ScaleSubresource) (*autoscalingv1.Scale, error) {
@@ -172,8 +172,18 @@ func (h *resourceHandler) patchScale(w http.ResponseWriter, r *http.Request, sc 
 	if err != nil {
 		return nil, err
 	}
+	if pt == types.ApplyYAMLPatchType {
+		warnings := collectWarnings(&conds, r)
+		out, err := h.writeScale(r.Context(), sc, conds, true, func(parent registry.Object, current *autoscalingv1.Scale) (*autoscalingv1.Scale, []metav1.ManagedFieldsEntry, error) {
+			return h.store.ApplyScale(parent, current, patch, conds)
+		})
+		if err == nil {
+			warnings(w)
+		}
+		return out, err
+	}
 	var warnings []string
-	out, err := h.writeScale(r.Context(), sc, conds, true, func(current *autoscalingv1.Scale) (*autoscalingv1.Scale, error) {
+	out, err := h.writeScale(r.Context(), sc, conds, true, h.trackedScale(conds, func(current *autoscalingv1.Scale) (*autoscalingv1.Scale, error) {
 		original, err := json.Marshal(current)
 		if err != nil {
 			return nil, fmt.Errorf("apiserver: encode a Scale: %w", err)
@@ -195,7 +205,7 @@ func (h *resourceHandler) patchScale(w http.ResponseWriter, r *http.Request, sc 
 			return nil, apierrors.NewBadRequest(fmt.Sprintf("strict decoding error: %v", errors.Join(strictErrs...)))
 		}
 		return next, nil
-	})
+	}))
 	if err != nil {
 		return nil, err
 	}
@@ -232,14 +242,31 @@ func applyScalePatch(pt types.PatchType, original, patch []byte) ([]byte, error)
 // because another write landed first.
 const maxScaleAttempts = 10
 
+// scaleWrite makes the Scale a write stores from the object's current
+// one, and the object's managedFields with it.
+type scaleWrite func(parent registry.Object, current *autoscalingv1.Scale) (*autoscalingv1.Scale, []metav1.ManagedFieldsEntry, error)
+
+// trackedScale is the scaleWrite of a replace or patch, whose next Scale
+// build makes: its managedFields record it (Store.TrackScale).
+func (h *resourceHandler) trackedScale(conds registry.WriteOptions, build func(current *autoscalingv1.Scale) (*autoscalingv1.Scale, error)) scaleWrite {
+	return func(parent registry.Object, current *autoscalingv1.Scale) (*autoscalingv1.Scale, []metav1.ManagedFieldsEntry, error) {
+		next, err := build(current)
+		if err != nil {
+			return nil, nil, err
+		}
+		managed, err := h.store.TrackScale(parent, current, next, conds)
+		return next, managed, err
+	}
+}
+
 // writeScale reads the object, has build make the new Scale from its
 // current one, and replaces the object with the new spec replicas, guarded
 // by the new Scale's resourceVersion (the client's precondition, 409 when
 // stale) or, when it has none and the write is conditional otherwise
 // (If-Match, or a patch, which is applied to what was read), by the
 // revision read, reading again when another write lands first.
-func (h *resourceHandler) writeScale(ctx context.Context, sc registry.ScaleSubresource, conds registry.WriteOptions, patch bool, build func(current *autoscalingv1.Scale) (*autoscalingv1.Scale, error)) (*autoscalingv1.Scale, error) {
-	conds.Scale = true
+func (h *resourceHandler) writeScale(ctx context.Context, sc registry.ScaleSubresource, conds registry.WriteOptions, patch bool, build scaleWrite) (*autoscalingv1.Scale, error) {
+	conds.Tracked = true
 	for attempt := 1; ; attempt++ {
 		obj, err := h.store.Get(ctx, h.namespace, h.name)
 		if err != nil {
@@ -253,7 +280,7 @@ func (h *resourceHandler) writeScale(ctx context.Context, sc registry.ScaleSubre
 		if !found {
 			current.Spec.Replicas = unset
 		}
-		next, err := build(current)
+		next, managed, err := build(obj, current)
 		if err != nil {
 			return nil, err
 		}
@@ -264,6 +291,7 @@ func (h *resourceHandler) writeScale(ctx context.Context, sc registry.ScaleSubre
 		if err != nil {
 			return nil, err
 		}
+		u.SetManagedFields(managed)
 		// The client's uid is a precondition too.
 		if next.UID != "" {
 			u.SetUID(next.UID)

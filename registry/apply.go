@@ -21,18 +21,9 @@ import (
 // patch or opts.IfMatch says which version it must be (404). The patch
 // names the object: its apiVersion, kind and name must be the URL's.
 func (s *Store) Apply(ctx context.Context, namespace, name string, patch []byte, opts WriteOptions) (_ Object, created bool, _ error) {
-	if _, err := yaml.ToJSON(patch); err != nil {
-		return nil, false, apierrors.NewBadRequest(fmt.Sprintf("error encoding patch: %v", err))
-	}
-	applied := &unstructured.Unstructured{Object: map[string]any{}}
-	if err := yaml.Unmarshal(patch, &applied.Object); err != nil {
-		return nil, false, apierrors.NewBadRequest(fmt.Sprintf("error decoding patch: %v", err))
-	}
-	// kube checks only for duplicate fields here: the types refuse unknown
-	// ones.
-	var strictErr error
-	if opts.StrictFields || opts.Warnings != nil {
-		strictErr = yaml.UnmarshalStrict(patch, &map[string]any{})
+	applied, strictErr, err := decodeApplied(patch, opts)
+	if err != nil {
+		return nil, false, err
 	}
 	m, err := s.fieldManager(opts)
 	if err != nil {
@@ -52,15 +43,8 @@ func (s *Store) Apply(ctx context.Context, namespace, name string, patch []byte,
 		if !ok {
 			return nil, fmt.Errorf("registry: apply to %s made a %T", s.Resource.GroupResource(), out)
 		}
-		if strictErr != nil && opts.StrictFields {
-			return nil, apierrors.NewBadRequest(fmt.Sprintf("error strict decoding patch: %v", strictErr))
-		}
-		if opts.Warnings != nil {
-			var warnings []string
-			if strictErr != nil {
-				warnings = yamlWarnings(strictErr)
-			}
-			opts.Warnings(warnings)
+		if err := strictApplied(strictErr, opts); err != nil {
+			return nil, err
 		}
 		if err := s.checkApplied(namespace, name, obj, old, opts); err != nil {
 			return nil, err
@@ -102,6 +86,39 @@ func (s *Store) checkApplied(namespace, name string, obj, old Object, opts Write
 		return apierrors.NewBadRequest(fmt.Sprintf("the name of the object (%s) does not match the name on the URL (%s)", obj.GetName(), name))
 	}
 	return s.checkNamespace(namespace, obj)
+}
+
+// decodeApplied is the object patch applies, and, for fieldValidation
+// Strict and Warn, its duplicate fields (kube checks only these: the types
+// refuse unknown ones).
+func decodeApplied(patch []byte, opts WriteOptions) (applied *unstructured.Unstructured, strictErr, _ error) {
+	if _, err := yaml.ToJSON(patch); err != nil {
+		return nil, nil, apierrors.NewBadRequest(fmt.Sprintf("error encoding patch: %v", err))
+	}
+	applied = &unstructured.Unstructured{Object: map[string]any{}}
+	if err := yaml.Unmarshal(patch, &applied.Object); err != nil {
+		return nil, nil, apierrors.NewBadRequest(fmt.Sprintf("error decoding patch: %v", err))
+	}
+	if opts.StrictFields || opts.Warnings != nil {
+		strictErr = yaml.UnmarshalStrict(patch, &map[string]any{})
+	}
+	return applied, strictErr, nil
+}
+
+// strictApplied answers an applied object's duplicate fields, once it is
+// merged, as kube does: 400 for Strict, warnings for Warn.
+func strictApplied(strictErr error, opts WriteOptions) error {
+	if strictErr != nil && opts.StrictFields {
+		return apierrors.NewBadRequest(fmt.Sprintf("error strict decoding patch: %v", strictErr))
+	}
+	if opts.Warnings != nil {
+		var warnings []string
+		if strictErr != nil {
+			warnings = yamlWarnings(strictErr)
+		}
+		opts.Warnings(warnings)
+	}
+	return nil
 }
 
 // yamlWarnings are the warnings of a strict YAML decoding error as kube

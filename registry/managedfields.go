@@ -33,7 +33,8 @@ import (
 const ServerFieldManager = "kube-apiserver"
 
 // fieldManagers are the field managers of one resource's objects: one per
-// subresource written, as kube-apiserver has one per REST storage.
+// subresource written, as kube-apiserver has one per REST storage. The
+// scale subresource's merges autoscaling/v1 Scales (scale_managedfields.go).
 type fieldManagers struct {
 	main, status, scale *managedfields.FieldManager
 }
@@ -86,8 +87,9 @@ func newFieldManagers(res *Resource) (*fieldManagers, error) {
 		}
 	}
 	if _, ok := res.Scale(); ok {
-		if m.scale, err = build("scale", nil); err != nil {
-			return nil, err
+		// kube's: typed by the CRD's models, which hold the Scale.
+		if m.scale, err = managedfields.NewDefaultCRDFieldManager(t.converter, builtInConvertor{Scheme}, Scheme, Scheme, scaleGVK, scaleGVK.GroupVersion(), "scale", nil); err != nil {
+			return nil, fmt.Errorf("registry: the scale field manager of %s: %w", res.GroupResource(), err)
 		}
 	}
 	return m, nil
@@ -105,27 +107,25 @@ func resetFilter(gv schema.GroupVersion, reset []string) map[fieldpath.APIVersio
 	return fieldpath.NewExcludeFilterSetMap(map[fieldpath.APIVersion]*fieldpath.Set{fieldpath.APIVersion(gv.String()): set})
 }
 
-// fieldManager is the field manager of a write with opts: the status or
-// scale subresource's, or the resource's.
+// fieldManager is the field manager of a write with opts: the status
+// subresource's, or the resource's.
 func (s *Store) fieldManager(opts WriteOptions) (*managedfields.FieldManager, error) {
 	m, err := s.fields()
 	if err != nil {
 		return nil, err
 	}
-	switch {
-	case opts.status:
+	if opts.status {
 		return m.status, nil
-	case opts.Scale && m.scale != nil:
-		return m.scale, nil
 	}
 	return m.main, nil
 }
 
 // trackUpdate records in obj's managedFields what opts' manager changed
 // from live (nil for a create), as kube's handlers do before the strategy
-// runs (UpdateNoErrors: a failure keeps live's). An apply has done so.
+// runs (UpdateNoErrors: a failure keeps live's). An apply has done so, and
+// so has a write of the scale subresource (opts.Tracked).
 func (s *Store) trackUpdate(live, obj Object, opts WriteOptions) (Object, error) {
-	if opts.applied {
+	if opts.applied || opts.Tracked {
 		return obj, nil
 	}
 	m, err := s.fieldManager(opts)

@@ -325,9 +325,9 @@ type WriteOptions struct {
 	FieldManager string
 	// Force: an apply takes the fields other managers own (force=true).
 	Force bool
-	// Scale: the write is of the scale subresource, which its
-	// managedFields entry says.
-	Scale bool
+	// Tracked: the caller recorded the write in the object's
+	// managedFields (the scale subresource: TrackScale, ApplyScale).
+	Tracked bool
 	// status: the write replaces the status only (UpdateStatus,
 	// PatchStatus), prepared and checked with the StatusStrategy.
 	status bool
