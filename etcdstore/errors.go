@@ -30,4 +30,7 @@ var (
 	ErrUnknownOutcome = errors.New("etcdstore: the write's outcome is unknown")
 	// ErrInvalidKey: a key segment is empty, ".", ".." or contains "/".
 	ErrInvalidKey = errors.New("etcdstore: invalid key segment")
+	// ErrTooLarge: the write is larger than etcd takes (its request
+	// limit, or the client's message limit); it was not applied.
+	ErrTooLarge = errors.New("etcdstore: the request is too large")
 )

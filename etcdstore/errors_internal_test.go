@@ -30,7 +30,9 @@ func TestStoreErrorUnavailable(t *testing.T) {
 		{"wrapped gRPC Unavailable", fmt.Errorf("dial: %w", status.Error(codes.Unavailable, "connection refused")), true, nil},
 		{"deadline", context.DeadlineExceeded, false, context.DeadlineExceeded},
 		{"compacted", rpctypes.ErrCompacted, false, ErrCompacted},
-		{"request too large", rpctypes.ErrRequestTooLarge, false, nil},
+		{"request too large", rpctypes.ErrRequestTooLarge, false, ErrTooLarge},
+		{"request too large (gRPC form)", rpctypes.ErrGRPCRequestTooLarge, false, ErrTooLarge},
+		{"larger than the client sends", status.Error(codes.ResourceExhausted, "trying to send message larger than max (2200000 vs. 2097152)"), false, ErrTooLarge},
 		{"other", errors.New("boom"), false, nil},
 	}
 	for _, tc := range tests {
@@ -72,7 +74,8 @@ func TestWriteErrorOutcome(t *testing.T) {
 		{"no leader (gRPC form)", rpctypes.ErrGRPCNoLeader, false, ErrUnavailable},
 		{"not capable", rpctypes.ErrNotCapable, false, nil},
 		{"too many requests", rpctypes.ErrTooManyRequests, false, nil},
-		{"request too large", rpctypes.ErrRequestTooLarge, false, nil},
+		{"request too large", rpctypes.ErrRequestTooLarge, false, ErrTooLarge},
+		{"larger than the client sends", status.Error(codes.ResourceExhausted, "trying to send message larger than max (2200000 vs. 2097152)"), false, ErrTooLarge},
 		{"no space", rpctypes.ErrNoSpace, false, nil},
 		{"lease not found", rpctypes.ErrLeaseNotFound, false, nil},
 		{"lease not found (gRPC form)", rpctypes.ErrGRPCLeaseNotFound, false, nil},

@@ -456,8 +456,20 @@ func storeError(op, key string, err error) error {
 		return fmt.Errorf("%s %s: %w: %w", op, key, ErrFutureRevision, err)
 	case unavailable(err):
 		return fmt.Errorf("%s %s: %w: %w", op, key, ErrUnavailable, err)
+	case tooLarge(err):
+		return fmt.Errorf("%s %s: %w: %w", op, key, ErrTooLarge, err)
 	}
 	return fmt.Errorf("%s %s: %w", op, key, err)
+}
+
+// tooLarge reports a request etcd refused for its size, or that the
+// client would not send, as kube-apiserver's isTooLargeError tells them.
+func tooLarge(err error) bool {
+	if errors.Is(err, rpctypes.ErrRequestTooLarge) || rpctypes.ErrorDesc(err) == rpctypes.ErrRequestTooLarge.Error() {
+		return true
+	}
+	s, ok := status.FromError(err)
+	return ok && s.Code() == codes.ResourceExhausted && strings.Contains(s.Message(), "trying to send message larger than max")
 }
 
 // unavailable reports an etcd that cannot serve the request now but may

@@ -518,3 +518,36 @@ func TestApplyEventVersions(t *testing.T) {
 		t.Errorf("managedFields %+v; want core-writer's in v1 kept and v1-writer's label", got)
 	}
 }
+
+// TestManagedFieldsOfLargeObjects: a create or replace that etcd refuses
+// as too large once its managedFields are added is written without them,
+// as kube does (they list every key of a ConfigMap once more).
+func TestManagedFieldsOfLargeObjects(t *testing.T) {
+	f := newWidgetFixture(t)
+	s := f.configMaps
+	ctx := testCtx(t)
+	data := map[string]string{}
+	for i := range 36000 { // 828 KiB of data, 1.9 MiB with its managedFields
+		data[fmt.Sprintf("key-%016d", i)] = "v"
+	}
+	created, err := s.Create(ctx, "ns", &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "big"}, Data: data}, WriteOptions{FieldManager: "m"})
+	if err != nil {
+		t.Fatalf("create of a large ConfigMap: %v", err)
+	}
+	if created.GetManagedFields() != nil {
+		t.Errorf("created with %d managedFields entries; want none", len(created.GetManagedFields()))
+	}
+	small := createByCreator(t, s).(*corev1.ConfigMap)
+	small.Data = data
+	replaced, _, err := s.Update(ctx, "ns", "cm", small, WriteOptions{FieldManager: "m"})
+	if err != nil {
+		t.Fatalf("replace by a large ConfigMap: %v", err)
+	}
+	got, err := s.Get(ctx, "ns", "cm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.GetManagedFields() != nil || len(got.(*corev1.ConfigMap).Data) != len(data) || replaced.GetManagedFields() != nil {
+		t.Errorf("stored %d keys, %d managedFields entries; want every key, no managedFields", len(got.(*corev1.ConfigMap).Data), len(got.GetManagedFields()))
+	}
+}

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"reflect"
@@ -17,6 +18,7 @@ import (
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 	"sigs.k8s.io/structured-merge-diff/v6/typed"
 
+	"github.com/concord-dev/concord/etcdstore"
 	"github.com/concord-dev/concord/internal/openapidefs"
 )
 
@@ -141,6 +143,18 @@ func (s *Store) trackUpdate(live, obj Object, opts WriteOptions) (Object, error)
 	}
 	storedTimes(out)
 	return out, nil
+}
+
+// dropManagedFields drops obj's managedFields when etcd refused its write
+// (err) as too large, for the write to be sent again without them, as kube
+// does but for an apply: they may double the size of an object of many
+// fields.
+func dropManagedFields(err error, obj Object, opts WriteOptions) bool {
+	if !errors.Is(err, etcdstore.ErrTooLarge) || opts.applied || obj.GetManagedFields() == nil {
+		return false
+	}
+	obj.SetManagedFields(nil)
+	return true
 }
 
 // storedTimes truncates the managedFields times to the second, as they are

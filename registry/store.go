@@ -264,6 +264,9 @@ func (s *Store) Create(ctx context.Context, namespace string, obj Object, opts W
 		if generated && apierrors.IsAlreadyExists(err) && attempt < maxGenerateNameAttempts {
 			continue // another random suffix
 		}
+		if dropManagedFields(err, obj, opts) {
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -517,6 +520,12 @@ func (s *Store) replaceFrom(ctx context.Context, namespace, name string, opts Wr
 		return next, true, nil
 	}
 	newRev, err := s.storage.Update(ctx, s.ref(namespace, name), value, stored.Revision)
+	if dropManagedFields(err, next, opts) {
+		if value, err = s.encode(s.keyOf(namespace, name), next); err != nil {
+			return nil, false, err
+		}
+		newRev, err = s.storage.Update(ctx, s.ref(namespace, name), value, stored.Revision)
+	}
 	if err != nil {
 		return nil, false, s.writeError(err, name)
 	}
