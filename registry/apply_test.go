@@ -14,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/concord-dev/concord/etcdstore"
 )
 
 // entry is a managedFields entry without its time, which entries checks
@@ -550,4 +552,30 @@ func TestManagedFieldsOfLargeObjects(t *testing.T) {
 	if got.GetManagedFields() != nil || len(got.(*corev1.ConfigMap).Data) != len(data) || replaced.GetManagedFields() != nil {
 		t.Errorf("stored %d keys, %d managedFields entries; want every key, no managedFields", len(got.(*corev1.ConfigMap).Data), len(got.GetManagedFields()))
 	}
+}
+
+// TestManagedFieldsOfDefaults: what kube's decoder fills in before its
+// field manager runs is the writer's: a Secret's data from stringData and
+// its type, a Namespace's name label.
+func TestManagedFieldsOfDefaults(t *testing.T) {
+	f := newEventFixture(t)
+	ctx := testCtx(t)
+	ns, err := f.ns.Create(ctx, "", &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "labelled"}}, WriteOptions{FieldManager: "kubectl-create"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantEntries(t, "namespace", ns, entry{"kubectl-create", "Update", "v1", "", `{"f:metadata":{"f:labels":{".":{},"f:kubernetes.io/metadata.name":{}}}}`})
+
+	var secrets *Store
+	for _, s := range NewStores(etcdstore.New(f.etcd.Client, "/registry"), DefaultWatchConfig()) {
+		if s.Resource == Secrets {
+			secrets = s
+		}
+		t.Cleanup(s.StopWatches)
+	}
+	secret, err := secrets.Create(ctx, "team", &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s"}, StringData: map[string]string{"k": "v"}}, WriteOptions{FieldManager: "kubectl-create"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantEntries(t, "secret", secret, entry{"kubectl-create", "Update", "v1", "", `{"f:data":{".":{},"f:k":{}},"f:type":{}}`})
 }

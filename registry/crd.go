@@ -176,6 +176,14 @@ func (crdStrategy) PrepareForUpdate(obj, old Object) {
 	addStorageVersion(crd)
 }
 
+var _ RequestDefaulter = crdStrategy{}
+
+// DefaultRequest applies kube's v1 defaults, which kube's decoder applies
+// (so its writer owns them).
+func (crdStrategy) DefaultRequest(obj, _ Object) {
+	crdScheme.Default(obj.(*apiextensionsv1.CustomResourceDefinition))
+}
+
 // addStorageVersion adds the storage version to status.storedVersions, as
 // kube's strategy does at every write of the spec.
 func addStorageVersion(crd *apiextensionsv1.CustomResourceDefinition) {

@@ -41,22 +41,27 @@ type namespaceStrategy struct{}
 var _ Strategy = namespaceStrategy{}
 
 // PrepareForCreate starts a namespace Active with kube's finalizer.
-func (namespaceStrategy) PrepareForCreate(obj Object) {
+func (st namespaceStrategy) PrepareForCreate(obj Object) {
 	ns := obj.(*corev1.Namespace)
 	ns.Status = corev1.NamespaceStatus{Phase: corev1.NamespaceActive}
 	ns.Spec.Finalizers = []corev1.FinalizerName{corev1.FinalizerKubernetes}
-	if ns.Labels == nil {
-		ns.Labels = map[string]string{}
-	}
-	// kube-apiserver labels every namespace with its name.
-	ns.Labels[corev1.LabelMetadataName] = ns.Name
+	st.DefaultRequest(obj, nil)
 }
 
 // PrepareForUpdate keeps status and finalizers: they are the server's.
-func (namespaceStrategy) PrepareForUpdate(obj, old Object) {
+func (st namespaceStrategy) PrepareForUpdate(obj, old Object) {
 	ns, oldNS := obj.(*corev1.Namespace), old.(*corev1.Namespace)
 	ns.Status = oldNS.Status
 	ns.Spec = oldNS.Spec
+	st.DefaultRequest(obj, old)
+}
+
+var _ RequestDefaulter = namespaceStrategy{}
+
+// DefaultRequest labels the namespace with its name, as kube-apiserver
+// labels every namespace (kube's defaults, so its writer owns the label).
+func (namespaceStrategy) DefaultRequest(obj, _ Object) {
+	ns := obj.(*corev1.Namespace)
 	if ns.Labels == nil {
 		ns.Labels = map[string]string{}
 	}

@@ -174,6 +174,23 @@ func (r *Resource) storedJSONServed() bool {
 // Resources are all the resources Concord serves.
 var Resources = []*Resource{Namespaces, ConfigMaps, Secrets, Leases, Events, EventsV1, CustomResourceDefinitions}
 
+// RequestDefaulter is implemented by a Strategy whose objects kube's
+// decoder finishes before its field manager sees them (its defaults and
+// its conversion to the internal version): DefaultRequest does that to a
+// create's object (old nil) or a replacement of old, so that managedFields
+// record what kube's do (a Secret's data from its stringData and its type,
+// a Namespace's name label, a CRD's defaults, all the writer's).
+type RequestDefaulter interface {
+	DefaultRequest(obj, old Object)
+}
+
+// defaultRequest runs res's RequestDefaulter, if it has one.
+func (r *Resource) defaultRequest(obj, old Object) {
+	if d, ok := r.Strategy.(RequestDefaulter); ok {
+		d.DefaultRequest(obj, old)
+	}
+}
+
 // WarningStrategy is implemented by a Strategy (or StatusStrategy) that
 // warns of what it accepts, as kube-apiserver's strategies' WarningsOnCreate
 // and WarningsOnUpdate do (CustomResourceDefinitions: unrecognized formats).

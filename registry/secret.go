@@ -54,18 +54,22 @@ func mergeStringData(s *corev1.Secret) {
 	s.StringData = nil
 }
 
-func (secretStrategy) PrepareForCreate(obj Object) {
+func (st secretStrategy) PrepareForCreate(obj Object) { st.DefaultRequest(obj, nil) }
+
+func (st secretStrategy) PrepareForUpdate(obj, old Object) { st.DefaultRequest(obj, old) }
+
+var _ RequestDefaulter = secretStrategy{}
+
+// DefaultRequest merges stringData into data, and gives a Secret without
+// a type Opaque, or, replacing old, old's (kube's decoder defaults it to
+// Opaque, which its validation then refuses to change).
+func (secretStrategy) DefaultRequest(obj, old Object) {
 	s := obj.(*corev1.Secret)
 	if s.Type == "" {
 		s.Type = corev1.SecretTypeOpaque
-	}
-	mergeStringData(s)
-}
-
-func (secretStrategy) PrepareForUpdate(obj, old Object) {
-	s := obj.(*corev1.Secret)
-	if s.Type == "" {
-		s.Type = old.(*corev1.Secret).Type
+		if old != nil {
+			s.Type = old.(*corev1.Secret).Type
+		}
 	}
 	mergeStringData(s)
 }

@@ -240,6 +240,7 @@ func (s *Store) Create(ctx context.Context, namespace string, obj Object, opts W
 	obj.SetDeletionTimestamp(nil)
 	obj.SetDeletionGracePeriodSeconds(nil)
 	obj.SetGeneration(0)
+	s.Resource.defaultRequest(obj, nil)
 	obj, err := s.trackUpdate(nil, obj, opts)
 	if err != nil {
 		return nil, err
@@ -590,6 +591,7 @@ func (s *Store) prepareUpdate(ctx context.Context, in, old Object, strategy Upda
 	if !ok {
 		return nil, fmt.Errorf("copy of %T is not an Object", in)
 	}
+	s.Resource.defaultRequest(obj, old)
 	obj, err := s.trackUpdate(old, obj, opts)
 	if err != nil {
 		return nil, err
