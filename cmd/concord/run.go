@@ -234,6 +234,14 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 		}
 		serveErr <- srv.Serve(ln)
 	}()
+	// Ready means serving the custom resources of the stored CRDs too, as
+	// /readyz says (its check poststarthook/crd-informer-synced).
+	select {
+	case <-crdServer.Synced():
+	case <-ctx.Done():
+	case <-time.After(cfg.EtcdDialTimeout):
+		log.Warn("the stored CustomResourceDefinitions are not all served yet; /readyz fails until they are: check the etcd connection", "waited", cfg.EtcdDialTimeout)
+	}
 	log.Info("concord ready", "url", url, "kubeconfig", cfg.WriteKubeconfig, "etcd", strings.Join(endpoints, ","), "prefix", cfg.EtcdPrefix)
 	if ready != nil {
 		ready(url)
