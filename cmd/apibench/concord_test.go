@@ -184,11 +184,11 @@ func TestCreateAndContendedOnConcordAndEtcd(t *testing.T) {
 	}
 }
 
-// TestOtherWorkloadsOnConcordAndEtcd runs update, get, list and watch,
-// small, on both targets.
+// TestOtherWorkloadsOnConcordAndEtcd runs update, get, list, watch and
+// apply, small, on both targets (apply on Concord only).
 func TestOtherWorkloadsOnConcordAndEtcd(t *testing.T) {
 	url, e := startConcord(t)
-	cfg := benchConfig(url, e, "update", "get", "list", "watch")
+	cfg := benchConfig(url, e, "update", "get", "list", "watch", "apply")
 	cfg.GetObjects = 20
 	cfg.ListObjects = 30
 	cfg.Watchers = 5
@@ -213,9 +213,19 @@ func TestOtherWorkloadsOnConcordAndEtcd(t *testing.T) {
 			t.Errorf("watch on %s: %+v; want 5 open, ~50 writes each delivered to every watcher, nothing lost", target, *w)
 		}
 	}
+	if a := result(t, rep, "apply", "concord"); a.OpsMedian <= 0 || a.Errors > 0 {
+		t.Errorf("apply on concord: %g ops/s, %d errors (%s)", a.OpsMedian, a.Errors, a.Rounds[0].FirstError)
+	}
+	if a := result(t, rep, "apply", "etcd"); a.Skipped == "" || len(a.Rounds) > 0 {
+		t.Errorf("apply on etcd: skipped %q, %d rounds; want skipped, none", a.Skipped, len(a.Rounds))
+	}
 	// --keep: the list objects are still there.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	// Each applied object is managed by its worker's field manager.
+	if resp, err := e.Client.Get(ctx, "/registry/configmaps/apibench/concord-a-1"); err != nil || len(resp.Kvs) != 1 || !bytes.Contains(resp.Kvs[0].Value, []byte(`"manager":"apibench-1"`)) {
+		t.Errorf("concord-a-1 in etcd: %v (%v); want its managedFields by apibench-1", resp, err)
+	}
 	resp, err := e.Client.Get(ctx, "/registry/configmaps/apibench-list-concord/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil || resp.Count != 30 {
 		t.Errorf("with --keep, namespace apibench-list-concord holds %v objects (%v); want 30", resp, err)

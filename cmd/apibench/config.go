@@ -21,12 +21,13 @@ const (
 )
 
 // The workloads, in the order they run when several are selected.
-// defaultWorkloads run when --workload is not given; crds (install many
-// CRDs, then time discovery, OpenAPI, start-up and memory) runs only when
-// asked for, last.
+// defaultWorkloads run when --workload is not given; apply (server-side
+// apply, API targets only) and crds (install many CRDs, then time
+// discovery, OpenAPI, start-up and memory) run only when asked for, crds
+// last.
 var (
 	defaultWorkloads = []string{"create", "update", "contended", "get", "list", "watch"}
-	allWorkloads     = append(slices.Clone(defaultWorkloads), "crds")
+	allWorkloads     = append(slices.Clone(defaultWorkloads), "apply", "crds")
 )
 
 // The resources the API workloads can write (--resource): ConfigMaps, or
@@ -129,7 +130,7 @@ func (cfg *Config) AddFlags(fs *flag.FlagSet) {
 	fs.Func("kubeconfig", "`name=PATH` of a kubeconfig whose current context is the API to measure (host, TLS and credentials from it); repeatable", target(kindKubeconfig))
 	fs.Func("etcd", "`name=URL` of raw etcd (comma-separated client URLs), measured with the same operations as bare etcd transactions; repeatable", target(kindEtcd))
 	fs.StringVar(&cfg.EtcdPrefix, "etcd-prefix", cfg.EtcdPrefix, "key prefix of the etcd targets' keys (<prefix>/configmaps/<namespace>/<name>, as Concord's)")
-	fs.Func("workload", "comma-separated workloads, run in this order: "+strings.Join(allWorkloads, ",")+" (default "+strings.Join(defaultWorkloads, ",")+"; crds only when named)", func(s string) error {
+	fs.Func("workload", "comma-separated workloads, run in this order: "+strings.Join(allWorkloads, ",")+" (default "+strings.Join(defaultWorkloads, ",")+"; apply and crds only when named)", func(s string) error {
 		cfg.Workloads = commaList(s)
 		return nil
 	})

@@ -110,6 +110,11 @@ var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 // which the caller returns with bufPool.Put. A code outside 2xx is an
 // error: errConflict, errExists or errNotFound where it says so.
 func (b *httpBackend) do(ctx context.Context, method, u string, body []byte) (*bytes.Buffer, error) {
+	return b.doType(ctx, method, u, "application/json", body)
+}
+
+// doType is do with the body's Content-Type.
+func (b *httpBackend) doType(ctx context.Context, method, u, contentType string, body []byte) (*bytes.Buffer, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -120,7 +125,7 @@ func (b *httpBackend) do(ctx context.Context, method, u string, body []byte) (*b
 	}
 	req.Header.Set("Accept", "application/json")
 	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Type", contentType)
 	}
 	resp, err := b.client.Do(req)
 	if err != nil {
@@ -216,6 +221,28 @@ func (b *httpBackend) create(ctx context.Context, ns, name string, data map[stri
 func (b *httpBackend) update(ctx context.Context, ns, name string, data map[string]string, rv int64) (int64, error) {
 	obj := b.res.object(ns, name, strconv.FormatInt(rv, 10), data)
 	return b.write(ctx, http.MethodPut, b.collection(ns)+"/"+url.PathEscape(name), obj)
+}
+
+// apply sends the object with data as a server-side apply (PATCH,
+// application/apply-patch+yaml, of which JSON is a part) by fieldManager
+// manager, and returns the resourceVersion of the answer. It creates the
+// object if there is none.
+func (b *httpBackend) apply(ctx context.Context, ns, name, manager string, data map[string]string) (int64, error) {
+	body, err := json.Marshal(b.res.object(ns, name, "", data))
+	if err != nil {
+		return 0, err
+	}
+	u := b.collection(ns) + "/" + url.PathEscape(name) + "?fieldManager=" + url.QueryEscape(manager)
+	buf, err := b.doType(ctx, http.MethodPatch, u, "application/apply-patch+yaml", body)
+	if err != nil {
+		return 0, err
+	}
+	defer bufPool.Put(buf)
+	var out apiObject
+	if err := json.Unmarshal(buf.Bytes(), &out); err != nil {
+		return 0, fmt.Errorf("PATCH %s: decode the %s: %w", u, b.res.Kind, err)
+	}
+	return parseRV(out.Metadata.ResourceVersion)
 }
 
 func (b *httpBackend) get(ctx context.Context, ns, name string) (map[string]string, int64, error) {

@@ -599,3 +599,45 @@ func TestTablesWithResources(t *testing.T) {
 		}
 	}
 }
+
+// TestApplyWorkload checks the apply workload's flag, that raw etcd does
+// not run it (a note, no row), and the apply/update ratio per API target.
+func TestApplyWorkload(t *testing.T) {
+	cfg, err := parseFlags(t, "--target", "concord=http://127.0.0.1:8080", "--workload", "apply,update")
+	if err != nil {
+		t.Fatalf("valid flags: %v", err)
+	}
+	if diff := cmp.Diff([]string{"update", "apply"}, cfg.Workloads); diff != "" || slices.Contains(defaultWorkloads, "apply") {
+		t.Errorf("apply runs after update and only when named (-want +got):\n%s", diff)
+	}
+	if why := notApplicable("apply", &target{}); why == "" {
+		t.Error("apply on an etcd target (no API backend): applicable; want a reason")
+	}
+	if why := notApplicable("apply", &target{api: &httpBackend{}}); why != "" {
+		t.Errorf("apply on an API target: %q; want applicable", why)
+	}
+	if why := notApplicable("update", &target{}); why != "" {
+		t.Errorf("update on an etcd target: %q; want applicable", why)
+	}
+	skip := "not applicable: raw etcd has no server-side apply"
+	rep := &Report{Targets: []TargetSpec{{Name: "etcd", Kind: kindEtcd}, {Name: "concord", Kind: kindURL}}, Resources: []string{"configmaps"}, Rounds: 1, Duration: "1s",
+		Results: []*Summary{
+			{Workload: "update", Target: "etcd", Kind: kindEtcd, Resource: "configmaps", OpsMedian: 1000, P99ms: 2, Ratio: 1},
+			{Workload: "update", Target: "concord", Kind: kindURL, Resource: "configmaps", OpsMedian: 500, P99ms: 4, Ratio: 0.5},
+			{Workload: "apply", Target: "etcd", Kind: kindEtcd, Resource: "configmaps", OpsMedian: jfloat(nan), Skipped: skip, Notes: []string{skip}},
+			{Workload: "apply", Target: "concord", Kind: kindURL, Resource: "configmaps", OpsMedian: 400, P99ms: 6, Ratio: jfloat(nan)},
+		}}
+	if diff := cmp.Diff([]string{"apply/update on concord in this run: ops/s 0.80×, p99 1.50×"}, applyRatios(rep)); diff != "" {
+		t.Errorf("apply ratios (-want +got):\n%s", diff)
+	}
+	var out strings.Builder
+	writeTable(&out, rep)
+	if !strings.Contains(out.String(), "apply on etcd: "+skip) || !strings.Contains(out.String(), "apply/update on concord in this run: ops/s 0.80×") {
+		t.Errorf("table has no skip note or ratio:\n%s", out.String())
+	}
+	for _, line := range strings.Split(out.String(), "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[0] == "apply" && f[1] == "etcd" {
+			t.Errorf("a row for the skipped apply on etcd: %q", line)
+		}
+	}
+}

@@ -100,6 +100,9 @@ func writeTable(out io.Writer, rep *Report) {
 	}
 	var ops, watch []*Summary
 	for _, s := range rep.Results {
+		if s.Skipped != "" {
+			continue // its note says why
+		}
 		if s.Workload == "watch" {
 			watch = append(watch, s)
 		} else {
@@ -138,6 +141,7 @@ func writeTable(out io.Writer, rep *Report) {
 	if multi {
 		writeResourceRatios(out, rep)
 	}
+	writeApplyRatios(out, rep)
 	for _, c := range rep.CRDs {
 		writeCRDs(out, rep, c)
 	}
@@ -198,6 +202,35 @@ func writeResourceRatios(out io.Writer, rep *Report) {
 		fmt.Fprintf(out, "%s on %s, %s/%s in this run: %s\n", k.resource, k.target, k.resource, rep.Resources[0], strings.Join(parts[k], ", "))
 	}
 	if len(order) > 0 {
+		fmt.Fprintln(out)
+	}
+}
+
+// applyRatios is, per API target and resource that ran both apply and
+// update, apply's ops/s and p99 relative to update's, in result order.
+func applyRatios(rep *Report) []string {
+	var lines []string
+	for _, a := range rep.Results {
+		if a.Workload != "apply" || a.Skipped != "" {
+			continue
+		}
+		for _, u := range rep.Results {
+			if u.Workload == "update" && u.Target == a.Target && u.Resource == a.Resource {
+				lines = append(lines, fmt.Sprintf("apply/update on %s in this run: ops/s %s, p99 %s",
+					summaryLabel(rep, a), fmtRatio(jfloat(ratio(float64(a.OpsMedian), float64(u.OpsMedian)))),
+					fmtRatio(jfloat(ratio(float64(a.P99ms), float64(u.P99ms))))))
+			}
+		}
+	}
+	return lines
+}
+
+func writeApplyRatios(out io.Writer, rep *Report) {
+	lines := applyRatios(rep)
+	for _, l := range lines {
+		fmt.Fprintln(out, l)
+	}
+	if len(lines) > 0 {
 		fmt.Fprintln(out)
 	}
 }

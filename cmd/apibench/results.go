@@ -125,9 +125,11 @@ type Summary struct {
 	// no event lost, duplicated or out of order (watch).
 	Verified *bool `json:"verified,omitempty"`
 	// Watch totals.
-	Watch  *WatchRound   `json:"watch,omitempty"`
-	Notes  []string      `json:"notes,omitempty"`
-	Rounds []RoundResult `json:"rounds"`
+	Watch *WatchRound `json:"watch,omitempty"`
+	// Skipped is why the target did not run the workload (no rounds).
+	Skipped string        `json:"skipped,omitempty"`
+	Notes   []string      `json:"notes,omitempty"`
+	Rounds  []RoundResult `json:"rounds"`
 
 	cpuSec cpuUse // CPU seconds summed over the rounds
 }

@@ -224,7 +224,9 @@ func measure(ctx context.Context, cfg Config, rep *Report, targets []*target, p 
 	)
 	finish := func() {
 		for i, w := range workloads {
-			w.finish(ctx, summaries[i])
+			if w != nil {
+				w.finish(ctx, summaries[i])
+			}
 		}
 		for i, s := range summaries {
 			var base *Summary
@@ -251,14 +253,25 @@ func measure(ctx context.Context, cfg Config, rep *Report, targets []*target, p 
 			}
 			current = win.Workload
 			for _, t := range targets {
+				s := &Summary{Workload: win.Workload, Target: t.spec.Name, Kind: t.spec.Kind, Resource: t.res.Name}
+				if why := notApplicable(win.Workload, t); why != "" {
+					// No windows on this target, and no row in the table.
+					s.Skipped = why
+					s.Notes = append(s.Notes, why)
+					workloads, summaries = append(workloads, nil), append(summaries, s)
+					continue
+				}
 				w := newWorkload(win.Workload, cfg, rep.RunID, t)
 				p.status(fmt.Sprintf("setup %s target=%s", win.Workload, t.label), nil, time.Now())
 				if err := w.setup(ctx, p); err != nil {
 					return fmt.Errorf("set up %s on target %s: %w", win.Workload, t.label, err)
 				}
 				workloads = append(workloads, w)
-				summaries = append(summaries, &Summary{Workload: win.Workload, Target: t.spec.Name, Kind: t.spec.Kind, Resource: t.res.Name})
+				summaries = append(summaries, s)
 			}
+		}
+		if workloads[win.Target] == nil {
+			continue
 		}
 		t := targets[win.Target]
 		var ops atomic.Int64

@@ -27,6 +27,8 @@ func newWorkload(name string, cfg Config, runID string, t *target) workload {
 		return &createWL{wlBase: base, seq: make([]int, cfg.Workers)}
 	case "update":
 		return &updateWL{wlBase: base}
+	case "apply":
+		return &applyWL{wlBase: base}
 	case "contended":
 		return &contendedWL{wlBase: base}
 	case "get":
@@ -223,6 +225,54 @@ func (w *updateWL) round(ctx context.Context, _ int, ops *atomic.Int64) RoundRes
 		}
 		w.rvs[wk] = rv
 		return nil
+	})
+	return loopResult(elapsed, stats)
+}
+
+// notApplicable is why target t cannot run workload name ("" if it can):
+// raw etcd has no server-side apply.
+func notApplicable(name string, t *target) string {
+	if name == "apply" && t.api == nil {
+		return "not applicable: raw etcd has no server-side apply"
+	}
+	return ""
+}
+
+// apply: every worker server-side applies its own object as its own field
+// manager (apibench-<worker>), with a new data value every time; the setup
+// applies each once, so that every measured apply changes an object.
+type applyWL struct {
+	wlBase
+	n []int
+}
+
+func (w *applyWL) manager(i int) string { return fmt.Sprintf("apibench-%d", i) }
+
+func (w *applyWL) data(i int) map[string]string {
+	return map[string]string{"payload": w.payload, "n": strconv.Itoa(w.n[i])}
+}
+
+func (w *applyWL) setup(ctx context.Context, _ *progress) error {
+	if err := w.t.ensureNamespace(ctx, w.ns); err != nil {
+		return err
+	}
+	w.n = make([]int, w.cfg.Workers)
+	for i := range w.cfg.Workers {
+		w.t.track(w.ns, w.name("a", i))
+	}
+	return parallel(ctx, w.cfg.Workers, w.cfg.Workers, nil, func(ctx context.Context, i int) error {
+		if _, err := w.t.api.apply(ctx, w.ns, w.name("a", i), w.manager(i), w.data(i)); err != nil {
+			return fmt.Errorf("apply %s/%s: %w", w.ns, w.name("a", i), err)
+		}
+		return nil
+	})
+}
+
+func (w *applyWL) round(ctx context.Context, _ int, ops *atomic.Int64) RoundResult {
+	elapsed, stats := closedLoop(ctx, w.cfg.Workers, w.cfg.Duration, ops, func(ctx context.Context, wk int, _ *workerStats) error {
+		w.n[wk]++
+		_, err := w.t.api.apply(ctx, w.ns, w.name("a", wk), w.manager(wk), w.data(wk))
+		return err
 	})
 	return loopResult(elapsed, stats)
 }
