@@ -3,6 +3,7 @@ package registry
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -578,4 +579,27 @@ func TestManagedFieldsOfDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantEntries(t, "secret", secret, entry{"kubectl-create", "Update", "v1", "", `{"f:data":{".":{},"f:k":{}},"f:type":{}}`})
+}
+
+// TestDropManagedFieldsOnlyOnADefiniteRefusal: a write etcd refused as too
+// large is sent again without managedFields; one whose outcome is unknown
+// (it may have landed) never is, nor an apply's.
+func TestDropManagedFieldsOnlyOnADefiniteRefusal(t *testing.T) {
+	entries := []metav1.ManagedFieldsEntry{{Manager: "m", Operation: metav1.ManagedFieldsOperationUpdate}}
+	for _, tc := range []struct {
+		name string
+		err  error
+		opts WriteOptions
+		drop bool
+	}{
+		{"refused as too large", fmt.Errorf("update k: %w", etcdstore.ErrTooLarge), WriteOptions{}, true},
+		{"too large, outcome unknown", fmt.Errorf("%w: update k: %w", etcdstore.ErrUnknownOutcome, etcdstore.ErrTooLarge), WriteOptions{}, false},
+		{"an apply refused as too large", fmt.Errorf("update k: %w", etcdstore.ErrTooLarge), WriteOptions{applied: true}, false},
+		{"another refusal", fmt.Errorf("update k: %w", etcdstore.ErrConflict), WriteOptions{}, false},
+	} {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "c", ManagedFields: slices.Clone(entries)}}
+		if got := dropManagedFields(tc.err, cm, tc.opts); got != tc.drop || (len(cm.ManagedFields) == 0) != tc.drop {
+			t.Errorf("%s: dropped %v, managedFields left %v; want dropped %v", tc.name, got, cm.ManagedFields, tc.drop)
+		}
+	}
 }

@@ -148,9 +148,11 @@ func (s *Store) trackUpdate(live, obj Object, opts WriteOptions) (Object, error)
 // dropManagedFields drops obj's managedFields when etcd refused its write
 // (err) as too large, for the write to be sent again without them, as kube
 // does but for an apply: they may double the size of an object of many
-// fields.
+// fields. Only a definite refusal is sent again: a write whose outcome is
+// unknown may have landed (etcdstore's outcome.go classifies too-large
+// refusals as definite; this keeps it so should the two ever disagree).
 func dropManagedFields(err error, obj Object, opts WriteOptions) bool {
-	if !errors.Is(err, etcdstore.ErrTooLarge) || opts.applied || obj.GetManagedFields() == nil {
+	if !errors.Is(err, etcdstore.ErrTooLarge) || errors.Is(err, etcdstore.ErrUnknownOutcome) || opts.applied || obj.GetManagedFields() == nil {
 		return false
 	}
 	obj.SetManagedFields(nil)
