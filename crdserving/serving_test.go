@@ -3,6 +3,7 @@ package crdserving
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -302,5 +303,40 @@ func TestWriteAfterTheCRDWasCreatedAgain(t *testing.T) {
 	var status *apierrors.StatusError
 	if !errors.As(err, &status) || status.ErrStatus.Code != http.StatusServiceUnavailable || !strings.Contains(status.ErrStatus.Message, "(it was deleted and created again); nothing was written") {
 		t.Fatalf("write checked against the CRD before it was created again = %v; want 503 saying so", err)
+	}
+}
+
+// lostAnswerStorage applies every write and then loses etcd's answer, as a
+// connection cut after the commit does.
+type lostAnswerStorage struct {
+	registry.Storage
+	sent int
+}
+
+func (l *lostAnswerStorage) Update(ctx context.Context, ref etcdstore.Ref, value []byte, revision int64, guards ...etcdstore.Guard) (int64, error) {
+	l.sent++
+	if _, err := l.Storage.Update(ctx, ref, value, revision, guards...); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("update: %w: %w", etcdstore.ErrUnknownOutcome, context.DeadlineExceeded)
+}
+
+// TestGuardedWriteOfUnknownOutcomeIsNotSentAgain: a guarded write whose
+// answer is lost is answered as of unknown outcome, once sent, never
+// re-decided as refused (its guard or its revision now fail).
+func TestGuardedWriteOfUnknownOutcomeIsNotSentAgain(t *testing.T) {
+	f := newFixture(t)
+	crd := f.established(t)
+	f.server.apply(crd)
+	obj, err := f.widgets(t).Create(testCtx(t), "ns", widget("w", "medium"), registry.WriteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := &lostAnswerStorage{Storage: f.storage.Storage}
+	g := &guardedStorage{Storage: lost, server: f.server, name: crd.Name, view: f.server.served[crd.Name].view}
+	ref := etcdstore.Ref{Resource: "example.com/widgets", Namespace: "ns", Name: "w"}
+	_, err = g.Update(testCtx(t), ref, []byte(`{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w","namespace":"ns"}}`), revisionOf(obj.GetResourceVersion()))
+	if !errors.Is(err, etcdstore.ErrUnknownOutcome) || errors.Is(err, etcdstore.ErrGuardChanged) || errors.Is(err, etcdstore.ErrConflict) || lost.sent != 1 {
+		t.Errorf("guarded update whose answer was lost = %v after %d sends; want the unknown outcome after 1", err, lost.sent)
 	}
 }
