@@ -363,9 +363,10 @@ type faultReplica struct {
 }
 
 // startFaultReplicas starts n concord replicas on free loopback ports,
-// with every etcd member in --etcd-servers, and waits until each one's
-// /readyz is ok.
-func startFaultReplicas(t *testing.T, etcd *etcdCluster, n int) []*faultReplica {
+// with every etcd member in --etcd-servers and extraArgs after
+// faultReplicaFlags (so they may override them), and waits until each
+// one's /readyz is ok.
+func startFaultReplicas(t *testing.T, etcd *etcdCluster, n int, extraArgs ...string) []*faultReplica {
 	t.Helper()
 	ports := loopbackPorts(t, n)
 	replicas := make([]*faultReplica, n)
@@ -381,6 +382,7 @@ func startFaultReplicas(t *testing.T, etcd *etcdCluster, n int) []*faultReplica 
 			"--bind-address", "127.0.0.1", "--port", strconv.Itoa(r.port),
 			"--log-format", "json",
 		}, faultReplicaFlags...)
+		r.args = append(r.args, extraArgs...)
 		replicas[i] = r
 		r.start(t)
 	}
