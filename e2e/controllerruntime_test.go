@@ -179,7 +179,7 @@ func (m *crManager) reconciles() int {
 type crWant struct {
 	data       map[string]string
 	generation int64
-	// events are the notes of its Reconciled Events, in order.
+	// events are the notes of its Reconciled Events, sorted.
 	events []string
 }
 
