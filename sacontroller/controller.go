@@ -80,7 +80,7 @@ func (c *Controller) watchOnce(ctx context.Context, q *queue) error {
 	defer cancel()
 	no, yes := false, true
 	saWatch, err := c.serviceAccounts.Watch(ctx, "", &metainternalversion.ListOptions{
-		Watch: true, SendInitialEvents: &no,
+		Watch: true, SendInitialEvents: &no, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan,
 		FieldSelector: fields.OneTermEqualSelector("metadata.name", DefaultName),
 	})
 	if err != nil {
