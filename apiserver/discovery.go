@@ -317,7 +317,8 @@ type subresourceDiscovery struct {
 }
 
 // subresourcesOf are the subresources res serves: status (a StatusStrategy)
-// and scale (an autoscaling/v1 Scale), each with get, patch and update.
+// and scale (an autoscaling/v1 Scale), each with get, patch and update, and
+// a ServiceAccount's token (create).
 func subresourcesOf(res *registry.Resource) []subresourceDiscovery {
 	var out []subresourceDiscovery
 	verbs := []string{"get", "patch", "update"}
@@ -337,6 +338,9 @@ func subresourcesOf(res *registry.Resource) []subresourceDiscovery {
 			},
 			group: scaleGVK.Group, version: scaleGVK.Version,
 		})
+	}
+	if hasTokenSubresource(res) {
+		out = append(out, tokenDiscovery)
 	}
 	return out
 }

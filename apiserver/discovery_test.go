@@ -68,6 +68,7 @@ var kubeStorageVersionHashes = map[string]string{
 	"v1/events":                     "r2yiGXH7wu8=",
 	"v1/namespaces":                 "Q3oi5N2YM8M=",
 	"v1/secrets":                    "S6u1pOWzb84=",
+	"v1/serviceaccounts":            "pbx9ZvyFpBE=",
 	"coordination.k8s.io/v1/leases": "gqkMMb/YqFM=",
 	"events.k8s.io/v1/events":       "r2yiGXH7wu8=",
 	"apiextensions.k8s.io/v1/customresourcedefinitions": "M5uH+AlWATY=",
@@ -107,6 +108,14 @@ func wantResources(aggregated bool) map[string][]metav1.APIResource {
 				status.SingularName = res.Singular
 			}
 			want[gv] = append(want[gv], status)
+		}
+		if res == registry.ServiceAccounts {
+			// kube's TokenRequest subresource, of authentication.k8s.io/v1.
+			token := metav1.APIResource{Name: "serviceaccounts/token", Namespaced: true, Kind: "TokenRequest", Verbs: metav1.Verbs{"create"}}
+			if aggregated {
+				token.SingularName = res.Singular
+			}
+			want[gv] = append(want[gv], token)
 		}
 	}
 	return want
@@ -285,6 +294,13 @@ func TestDiscoveryAggregatedNegotiation(t *testing.T) {
 			Verbs:            kubeVerbs(res),
 			ShortNames:       res.ShortNames,
 			Categories:       res.Categories,
+		}
+		if res == registry.ServiceAccounts {
+			want.Subresources = []apidiscoveryv2.APISubresourceDiscovery{{
+				Subresource:  "token",
+				ResponseKind: &metav1.GroupVersionKind{Group: "authentication.k8s.io", Version: "v1", Kind: "TokenRequest"},
+				Verbs:        []string{"create"},
+			}}
 		}
 		if diff := cmp.Diff(want, got[res.Plural], cmpopts.EquateEmpty()); diff != "" {
 			t.Errorf("/api aggregated %s (-want +got):\n%s", res.Plural, diff)

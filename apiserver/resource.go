@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/concord-dev/concord/registry"
+	"github.com/concord-dev/concord/serviceaccount"
 )
 
 // resourceHandler serves one request to a resource's collection or item
@@ -26,6 +27,8 @@ type resourceHandler struct {
 	store           *registry.Store
 	metrics         *metrics
 	namespace, name string
+	// tokens answers TokenRequests; nil: the token subresource is 404.
+	tokens *serviceaccount.Issuer
 }
 
 func (h *resourceHandler) collection(w http.ResponseWriter, r *http.Request) {

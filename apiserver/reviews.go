@@ -68,6 +68,12 @@ func installReviews(router *mux.Router, authn *filters.Authentication, authz fil
 		review := obj.(*authenticationv1.SelfSubjectReview)
 		if user := filters.UserOf(r.Context()); user != nil {
 			review.Status.UserInfo = authenticationv1.UserInfo{Username: user.Name, UID: user.UID, Groups: user.Groups}
+			for k, v := range user.Extra {
+				if review.Status.UserInfo.Extra == nil {
+					review.Status.UserInfo.Extra = map[string]authenticationv1.ExtraValue{}
+				}
+				review.Status.UserInfo.Extra[k] = v
+			}
 		}
 		writeObject(w, r, http.StatusCreated, review)
 	})

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/concord-dev/concord/registry"
+	"github.com/concord-dev/concord/serviceaccount"
 )
 
 // resourceRoute is where a resource path leads: the store serving the
@@ -111,7 +112,7 @@ func routeResource(c *registry.Catalog, path string) (_ resourceRoute, ok bool) 
 
 // withResourceRoutes serves the resource paths the catalog resolves
 // (routeResource), and passes every other request to next.
-func withResourceRoutes(next http.Handler, c *registry.Catalog, m *metrics) http.Handler {
+func withResourceRoutes(next http.Handler, c *registry.Catalog, m *metrics, tokens *serviceaccount.Issuer) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		route, ok := routeResource(c, r.URL.Path)
 		if !ok {
@@ -119,7 +120,7 @@ func withResourceRoutes(next http.Handler, c *registry.Catalog, m *metrics) http
 			return
 		}
 		r = withWarnings(w, r, route.store.Resource)
-		h := &resourceHandler{store: route.store, metrics: m, namespace: route.namespace, name: route.name}
+		h := &resourceHandler{store: route.store, metrics: m, namespace: route.namespace, name: route.name, tokens: tokens}
 		switch {
 		case route.subresource != "":
 			h.subresource(w, r, route.subresource, route.watch)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/concord-dev/concord/apiserver/filters"
 	"github.com/concord-dev/concord/registry"
+	"github.com/concord-dev/concord/serviceaccount"
 )
 
 // Config configures the API handler.
@@ -78,6 +79,12 @@ type Config struct {
 	// AuditLog, when set, receives one JSON line per API request: who,
 	// what, and how it ended.
 	AuditLog io.Writer
+	// TokenIssuer, when set, answers TokenRequests (POST
+	// .../serviceaccounts/{name}/token). Nil: that path is 404.
+	TokenIssuer *serviceaccount.Issuer
+	// OpenIDMetadata, when set, is served at
+	// /.well-known/openid-configuration and /openid/v1/jwks.
+	OpenIDMetadata *serviceaccount.Metadata
 	// Profiling serves Go's profiles under /debug/pprof/ (kube-apiserver's
 	// --profiling), behind authentication and authorization like any
 	// non-resource URL: by default only system:masters may read them.
@@ -148,12 +155,16 @@ func New(cfg Config) *Handler {
 	installDiscovery(router, catalog, reviewResources...)
 	installReviews(router, cfg.Authentication, cfg.Authorizer)
 	installOpenAPI(router, catalog, cfg.Logger)
+	if md := cfg.OpenIDMetadata; md != nil {
+		router.Handle(serviceaccount.OpenIDConfigPath, serveOpenIDMetadata(md.Config, "application/json")).Methods(http.MethodGet, http.MethodHead)
+		router.Handle(serviceaccount.JWKSPath, serveOpenIDMetadata(md.JWKS, "application/jwk-set+json")).Methods(http.MethodGet, http.MethodHead)
+	}
 	if cfg.Profiling {
 		installProfiling(router)
 	}
 	// Resources first, through the catalog at request time: they are the
 	// busy paths, and no route of the router serves one.
-	routes := withResourceRoutes(router, catalog, m)
+	routes := withResourceRoutes(router, catalog, m, cfg.TokenIssuer)
 	limited := filters.WithLimits(routes, cfg.MaxRequestsInFlight, cfg.MaxMutatingRequestsInFlight, cfg.Metrics, writeError)
 	api := filters.WithCORS(filters.WithAuth(limited, cfg.Authentication, cfg.Authorizer, writeError, filteredRequests{catalog: catalog}), cfg.CORSAllowedOrigins)
 	probes := probeHandler(healthEndpoints(cfg.StorageCheck, cfg.ShutdownInitiated, cfg.CRDsSynced),

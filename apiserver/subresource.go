@@ -14,7 +14,8 @@ import (
 // resource with a StatusStrategy (the custom resources whose CRD version
 // has subresources.status, CustomResourceDefinitions), and of
 // .../{name}/scale for a custom resource whose version declares
-// subresources.scale (scale.go).
+// subresources.scale (scale.go); POST of a ServiceAccount's .../{name}/token
+// (token.go).
 
 // routesSubresource reports whether a path to subresource of an object of
 // res is a resource path (routeResource): one res has, or any of a custom
@@ -25,7 +26,7 @@ func routesSubresource(res *registry.Resource, subresource string, watch bool) b
 	if isCustom(res) {
 		return true
 	}
-	return !watch && subresource == "status" && res.StatusStrategy != nil
+	return !watch && ((subresource == "status" && res.StatusStrategy != nil) || (subresource == "token" && hasTokenSubresource(res)))
 }
 
 // subresource answers a request to a subresource of the object h names.
@@ -33,7 +34,8 @@ func (h *resourceHandler) subresource(w http.ResponseWriter, r *http.Request, su
 	namespace, name := h.namespace, h.name
 	res := h.store.Resource
 	scale, hasScale := res.Scale()
-	served := (subresource == "status" && res.StatusStrategy != nil) || (subresource == "scale" && hasScale)
+	served := (subresource == "status" && res.StatusStrategy != nil) || (subresource == "scale" && hasScale) ||
+		(subresource == "token" && hasTokenSubresource(res) && h.tokens != nil)
 	verb := r.Method
 	if watch {
 		verb = "WATCH"
@@ -57,6 +59,10 @@ func (h *resourceHandler) subresource(w http.ResponseWriter, r *http.Request, su
 		writeError(w, r, apierrors.NewNotFound(res.GroupResource(), name))
 	case watch:
 		h.methodNotAllowed(w, r, "watch")
+	case subresource == "token" && r.Method != http.MethodPost:
+		h.methodNotAllowed(w, r, subresourceVerb(r.Method))
+	case subresource == "token":
+		h.token(w, r)
 	case r.Method != http.MethodGet && r.Method != http.MethodPut && r.Method != http.MethodPatch:
 		h.methodNotAllowed(w, r, subresourceVerb(r.Method))
 	case subresource == "scale":

@@ -1,6 +1,7 @@
 package filters
 
 import (
+	"context"
 	"crypto/x509"
 	"encoding/csv"
 	"errors"
@@ -32,6 +33,16 @@ type UserInfo struct {
 	Name   string
 	UID    string
 	Groups []string
+	// Extra is what else the authenticator knows (a ServiceAccount
+	// token's authentication.kubernetes.io/credential-id).
+	Extra map[string][]string
+}
+
+// TokenAuthenticator authenticates bearer tokens of a kind the static
+// token file does not hold (ServiceAccount tokens). ok is false, with no
+// error, for a token that is not of its kind; an error refuses the token.
+type TokenAuthenticator interface {
+	AuthenticateToken(ctx context.Context, token string) (user UserInfo, ok bool, err error)
 }
 
 // Authentication says how requests prove who sends them, as
@@ -44,6 +55,9 @@ type UserInfo struct {
 type Authentication struct {
 	// Tokens are the bearer tokens and their users (LoadTokenFile).
 	Tokens map[string]UserInfo
+	// TokenAuthenticator, when set, is asked about a bearer token that is
+	// not one of Tokens, as kube-apiserver asks its authenticators in turn.
+	TokenAuthenticator TokenAuthenticator
 	// ClientCAs verify client certificates; nil: certificates are not
 	// looked at.
 	ClientCAs *x509.CertPool
@@ -68,7 +82,17 @@ func (a *Authentication) authenticate(r *http.Request) (*UserInfo, error) {
 		if ok {
 			return authenticated(user), nil
 		}
-		errs = append(errs, errors.New("invalid bearer token"))
+		invalid := errors.New("invalid bearer token")
+		if a.TokenAuthenticator != nil {
+			user, ok, err := a.TokenAuthenticator.AuthenticateToken(r.Context(), token)
+			if ok {
+				return authenticated(user), nil
+			}
+			if err != nil {
+				invalid = err
+			}
+		}
+		errs = append(errs, invalid)
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)

@@ -211,7 +211,11 @@ func matches(list []string, v string) bool {
 // system:public-info-viewer), ask what it may do itself
 // (SelfSubjectAccessReview) and who it is (SelfSubjectReview;
 // system:basic-user); anonymous users may read
-// /version. Health endpoints are answered before authentication.
+// /version; both may read the OpenID discovery documents of the service
+// account issuer (kube grants them to system:serviceaccounts only, with
+// system:service-account-issuer-discovery; anonymous requests exist only
+// with --anonymous-auth). Health endpoints are answered before
+// authentication.
 var builtinRules = []PolicyRule{
 	{Groups: []string{MastersGroup}, Verbs: []string{"*"}, Resources: []string{"*"}, Namespaces: []string{"*"}},
 	{Groups: []string{MastersGroup}, Verbs: []string{"*"}, NonResourceURLs: []string{"*"}},
@@ -219,6 +223,7 @@ var builtinRules = []PolicyRule{
 	{Groups: []string{AuthenticatedGroup}, Verbs: []string{"create"}, APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"selfsubjectaccessreviews"}, Namespaces: []string{"*"}},
 	{Groups: []string{AuthenticatedGroup}, Verbs: []string{"create"}, APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"selfsubjectreviews"}, Namespaces: []string{"*"}},
 	{Groups: []string{UnauthenticatedGroup}, Verbs: []string{"get", "head"}, NonResourceURLs: []string{"/version", "/version/"}},
+	{Groups: []string{AuthenticatedGroup, UnauthenticatedGroup}, Verbs: []string{"get", "head"}, NonResourceURLs: []string{"/.well-known/openid-configuration", "/openid/v1/jwks"}},
 }
 
 var builtinReasons = []string{
@@ -228,6 +233,7 @@ var builtinReasons = []string{
 	"allowed: every authenticated user may review its own access",
 	"allowed: every authenticated user may ask who it is",
 	"allowed: everyone may read /version",
+	"allowed: everyone may read the service account issuer's OpenID discovery documents",
 }
 
 // NewPolicyAuthorizer allows what the built-in rules and rules allow, and

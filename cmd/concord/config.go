@@ -81,6 +81,9 @@ type Config struct {
 	// resourceVersion or If-Match: helm-releases, none or kube
 	// (registry.ParseUnconditionalUpdate).
 	UnconditionalUpdate string
+	// ServiceAccounts is how ServiceAccount tokens are issued and
+	// verified (serviceaccounts.go).
+	ServiceAccounts ServiceAccountConfig
 	// LeaderElection times the Leases that choose the one replica running
 	// each controller (the garbage collector, ...): kube-controller-manager's
 	// --leader-elect-* flags.
@@ -152,6 +155,7 @@ func (cfg *Config) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&cfg.ShutdownDelayDuration, "shutdown-delay-duration", cfg.ShutdownDelayDuration, "after SIGTERM, how long /readyz fails while requests are still served, before the server stops taking new ones; behind a load balancer set it above the balancer's health-check interval times its fall count (e.g. 5s)")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "how long in-flight requests may run after the shutdown delay; watches end at once")
 	cfg.addSecurityFlags(fs)
+	cfg.addServiceAccountFlags(fs)
 	fs.IntVar(&cfg.MaxRequestsInFlight, "max-requests-inflight", cfg.MaxRequestsInFlight, "most read-only requests (GET, HEAD, OPTIONS; watches are not counted) served at once; more are answered 429 with Retry-After, which clients such as client-go wait for and retry; 0: no limit")
 	fs.IntVar(&cfg.MaxMutatingRequestsInFlight, "max-mutating-requests-inflight", cfg.MaxMutatingRequestsInFlight, "most mutating requests (POST, PUT, PATCH, DELETE) served at once; more are answered 429 with Retry-After; 0: no limit")
 	fs.BoolVar(&cfg.WatchCache, "watch-cache", cfg.WatchCache, "serve gets and lists (their first page; resourceVersion unset or 0) from memory: each replica keeps every object of a resource it reads current with an etcd watch and, per read, reads only etcd's current revision (one request for all reads that arrive meanwhile) and waits until it has applied it, so reads stay linearizable; false: every read goes to etcd")
@@ -178,6 +182,7 @@ func (cfg *Config) Complete() {
 		cfg.WriteKubeconfig = filepath.Join(cfg.DataDir, "kubeconfig.yaml")
 	}
 	cfg.completeSecurity()
+	cfg.completeServiceAccounts()
 }
 
 // Validate reports every invalid setting at once.
@@ -256,6 +261,7 @@ func (cfg *Config) Validate() error {
 	}
 	errs = append(errs, cfg.validateEtcdTLS()...)
 	errs = append(errs, cfg.validateSecurity()...)
+	errs = append(errs, cfg.validateServiceAccounts()...)
 	if _, err := cfg.encryption(); err != nil {
 		errs = append(errs, err)
 	}

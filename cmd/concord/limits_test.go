@@ -101,6 +101,22 @@ func TestSlowClientsCannotHoldTheServer(t *testing.T) {
 	for range 5 {
 		request()
 	}
+	// The controllers start beside the API (the ServiceAccounts
+	// controller's watches and read caches): counted once they run, when
+	// the default namespace has its ServiceAccount.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		resp, err := normal.Get(base + "/api/v1/namespaces/default/serviceaccounts/default")
+		if err != nil {
+			t.Fatalf("GET the default ServiceAccount: %v", err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the default ServiceAccount of default: %d after 20s", resp.StatusCode)
+		}
+	}
 	normal.CloseIdleConnections()
 	time.Sleep(200 * time.Millisecond)
 	baseline := runtime.NumGoroutine()

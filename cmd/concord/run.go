@@ -29,6 +29,7 @@ import (
 	"github.com/concord-dev/concord/crdstatus"
 	"github.com/concord-dev/concord/etcdstore"
 	"github.com/concord-dev/concord/registry"
+	"github.com/concord-dev/concord/sacontroller"
 )
 
 // run serves until ctx is cancelled, then shuts down in order:
@@ -77,6 +78,10 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 	}
 	if sec.audit != nil {
 		defer sec.audit.Close()
+	}
+	saKeys, err := cfg.serviceAccountKeys(log)
+	if err != nil {
+		return err
 	}
 
 	endpoints := cfg.EtcdServers
@@ -157,6 +162,14 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 		return fmt.Errorf("create the system namespaces: %w", err)
 	}
 
+	tokenIssuer, tokenAuthn, err := saKeys.tokens(cfg.ServiceAccounts, catalog)
+	if err != nil {
+		return err
+	}
+	sec.authn.TokenAuthenticator = tokenAuthn
+	elector := newElector(cfg.LeaderElection, coreStore(catalog, registry.Leases), log)
+	elector.run(ctx, "concord-serviceaccounts", sacontroller.New(coreStore(catalog, registry.Namespaces), coreStore(catalog, registry.ServiceAccounts), log).Run)
+
 	var origins []*regexp.Regexp
 	for _, o := range cfg.CORSAllowedOrigins {
 		origins = append(origins, regexp.MustCompile(o)) // checked by Validate
@@ -179,6 +192,8 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 		Authorizer:     sec.authz,
 		AuditLog:       sec.audit,
 		Profiling:      cfg.Profiling,
+		TokenIssuer:    tokenIssuer,
+		OpenIDMetadata: saKeys.metadata,
 	})
 	// A client that sends its headers slowly (or not at all) is cut off
 	// after readHeaderTimeout, an idle keep-alive connection after

@@ -333,8 +333,9 @@ func TestRunGivenCertificateTokensPolicyAudit(t *testing.T) {
 	get("the client certificate (CN=client)", &rest.Config{TLSClientConfig: rest.TLSClientConfig{CertFile: pki.clientCert, KeyFile: pki.clientKey}}, 200)
 	// Given a certificate, Concord generates none; the kubeconfig holds
 	// no credential.
-	if _, err := os.Stat(filepath.Join(cfg.DataDir, "tls")); !os.IsNotExist(err) {
-		t.Errorf("stat <data-dir>/tls: %v; want no generated certificates", err)
+	// (<data-dir>/tls holds the generated service account signing key.)
+	if _, err := os.Stat(filepath.Join(cfg.DataDir, "tls", pkiCAFile)); !os.IsNotExist(err) {
+		t.Errorf("stat <data-dir>/tls/ca.crt: %v; want no generated certificates", err)
 	}
 	kc, err := clientcmd.LoadFromFile(filepath.Join(cfg.DataDir, "kubeconfig.yaml"))
 	if err != nil {
@@ -401,8 +402,8 @@ func TestRunInsecureServing(t *testing.T) {
 	if _, err := client.CoreV1().Namespaces().List(t.Context(), metav1.ListOptions{}); err != nil {
 		t.Errorf("list namespaces with the token over HTTP: %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(cfg.DataDir, "tls")); !os.IsNotExist(err) {
-		t.Errorf("stat <data-dir>/tls: %v; want no certificates for plain HTTP", err)
+	if _, err := os.Stat(filepath.Join(cfg.DataDir, "tls", pkiCAFile)); !os.IsNotExist(err) {
+		t.Errorf("stat <data-dir>/tls/ca.crt: %v; want no certificates for plain HTTP", err)
 	}
 }
 
