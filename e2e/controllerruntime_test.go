@@ -2,6 +2,11 @@ package e2e
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +16,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
@@ -40,14 +46,13 @@ const (
 	crStartWait     = 30 * time.Second
 )
 
-// The managers' credential: a static token of --token-auth-file, for the
-// user the authorization policy names. With ServiceAccount tokens this
-// becomes system:serviceaccount:crtest:widget-controller and a token from
-// TokenRequest; nothing else changes.
+// The managers authenticate as a ServiceAccount with a token from
+// TokenRequest; the test as the admin, with a static token of
+// --token-auth-file.
 const (
-	crManagerUser  = "widget-controller"
-	crManagerToken = "crtest-manager-token-5b1f"
-	crAdminToken   = "crtest-admin-token-9d2e"
+	crServiceAccount = "widget-controller"
+	crManagerUser    = "system:serviceaccount:" + crNamespace + ":" + crServiceAccount
+	crAdminToken     = "crtest-admin-token-9d2e"
 )
 
 // crPolicy is all the managers may do: read Widgets and write only their
@@ -55,27 +60,27 @@ const (
 // events.k8s.io Events, in crNamespace. A manager that wrote a Widget's
 // spec or deleted a ConfigMap itself would be refused (403).
 const crPolicy = `rules:
-- users: [%[1]s]
+- users: ["%[1]s"]
   verbs: [get, list, watch]
   apiGroups: [e2e.concord.dev]
   resources: [widgets]
   namespaces: [%[2]s]
-- users: [%[1]s]
+- users: ["%[1]s"]
   verbs: [update, patch]
   apiGroups: [e2e.concord.dev]
   resources: [widgets/status]
   namespaces: [%[2]s]
-- users: [%[1]s]
+- users: ["%[1]s"]
   verbs: [get, list, watch, create, update, patch]
   apiGroups: [""]
   resources: [configmaps]
   namespaces: [%[2]s]
-- users: [%[1]s]
+- users: ["%[1]s"]
   verbs: [get, create, update]
   apiGroups: [coordination.k8s.io]
   resources: [leases]
   namespaces: [%[2]s]
-- users: [%[1]s]
+- users: ["%[1]s"]
   verbs: [create, update, patch]
   apiGroups: [events.k8s.io]
   resources: [events]
@@ -308,8 +313,9 @@ func crWidget(name string, data map[string]string) *unstructured.Unstructured {
 }
 
 // TestControllerRuntime runs two controller-runtime managers (e2e/crmanager)
-// of a Widget controller against three replicas behind HAProxy, with a
-// static token and a policy that grants them only what they use. Manager
+// of a Widget controller against three replicas behind HAProxy, as a
+// ServiceAccount with a token from TokenRequest and a policy that grants
+// it only what they use. Manager
 // A talks to replica concord1 directly and is started first, so it leads;
 // manager B, the standby, talks through HAProxy, which spreads its watches
 // over all three replicas. A reconciles Widgets (status through /status,
@@ -326,13 +332,15 @@ func TestControllerRuntime(t *testing.T) {
 	dir := t.TempDir()
 	tokens := filepath.Join(dir, "tokens.csv")
 	policy := filepath.Join(dir, "policy.yaml")
-	writeFile(t, tokens, fmt.Sprintf("%s,e2e-admin,0,system:masters\n%s,%s,1001\n", crAdminToken, crManagerToken, crManagerUser))
+	writeFile(t, tokens, crAdminToken+",e2e-admin,0,system:masters\n")
 	writeFile(t, policy, fmt.Sprintf(crPolicy, crManagerUser, crNamespace))
 
 	etcd := startEtcdCluster(t)
+	// One signing key, so that a token from any replica is good on all.
 	replicas := startFaultReplicas(t, etcd, 3,
 		"--anonymous-auth=false", "--authorization-mode", "Policy",
-		"--token-auth-file", tokens, "--authorization-policy-file", policy)
+		"--token-auth-file", tokens, "--authorization-policy-file", policy,
+		"--service-account-signing-key-file", writeSigningKey(t, dir))
 	lb := startHAProxy(t, replicas)
 
 	admin := &rest.Config{Host: lb.url, BearerToken: crAdminToken, QPS: -1}
@@ -352,7 +360,7 @@ func TestControllerRuntime(t *testing.T) {
 	installCRWidgetsCRD(t, admin, replicas)
 
 	managerToken := filepath.Join(dir, "manager.token")
-	writeFile(t, managerToken, crManagerToken)
+	writeFile(t, managerToken, serviceAccountToken(t, kube, admin))
 	a := startCRManager(t, "manager-a", replicas[0].url, managerToken)
 	waitFor(t, "manager-a leads", crStartWait, func() string {
 		if !contains(a.p.logMessages(), "became leader") {
@@ -459,6 +467,54 @@ func TestControllerRuntime(t *testing.T) {
 // owner is gone (ownerReferences). It becomes true, and goes away, when the
 // garbage collector lands on main.
 const concordCollectsGarbage = false
+
+// writeSigningKey writes a new ECDSA P-256 key for ServiceAccount tokens
+// into dir and returns its path.
+func writeSigningKey(t *testing.T, dir string) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "sa.key")
+	writeFile(t, path, string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})))
+	return path
+}
+
+// serviceAccountToken creates the managers' ServiceAccount, asks
+// TokenRequest for a token of it, and checks that Concord takes the token
+// for the ServiceAccount (SelfSubjectReview).
+func serviceAccountToken(t *testing.T, kube *kubernetes.Clientset, admin *rest.Config) string {
+	t.Helper()
+	sas := kube.CoreV1().ServiceAccounts(crNamespace)
+	if _, err := sas.Create(t.Context(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: crServiceAccount}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create ServiceAccount %s: %v", crServiceAccount, err)
+	}
+	tr, err := sas.CreateToken(t.Context(), crServiceAccount, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrTo(int64(time.Hour / time.Second))},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("TokenRequest for %s: %v", crServiceAccount, err)
+	}
+	cfg := rest.AnonymousClientConfig(admin)
+	cfg.BearerToken = tr.Status.Token
+	asSA, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	review, err := asSA.AuthenticationV1().SelfSubjectReviews().Create(t.Context(), &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("SelfSubjectReview with the ServiceAccount's token: %v", err)
+	}
+	if got := review.Status.UserInfo.Username; got != crManagerUser {
+		t.Fatalf("SelfSubjectReview with the ServiceAccount's token: user %q; want %q", got, crManagerUser)
+	}
+	return tr.Status.Token
+}
 
 // installCRWidgetsCRD creates the Widgets CRD and waits until every
 // replica serves it.
