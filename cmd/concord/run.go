@@ -166,7 +166,9 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 	if err != nil {
 		return err
 	}
-	sec.authn.TokenAuthenticator = tokenAuthn
+	if tokenAuthn != nil { // not a typed nil in the interface
+		sec.authn.TokenAuthenticator = tokenAuthn
+	}
 	elector := newElector(cfg.LeaderElection, coreStore(catalog, registry.Leases), log)
 	elector.run(ctx, "concord-serviceaccounts", sacontroller.New(coreStore(catalog, registry.Namespaces), coreStore(catalog, registry.ServiceAccounts), log).Run)
 
@@ -193,7 +195,7 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 		AuditLog:       sec.audit,
 		Profiling:      cfg.Profiling,
 		TokenIssuer:    tokenIssuer,
-		OpenIDMetadata: saKeys.metadata,
+		OpenIDMetadata: saKeys.openIDMetadata(),
 	})
 	// A client that sends its headers slowly (or not at all) is cut off
 	// after readHeaderTimeout, an idle keep-alive connection after
