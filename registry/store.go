@@ -660,15 +660,26 @@ func (s *Store) deleteFrom(ctx context.Context, namespace, name string, opts *me
 	if m, ok := s.Resource.Strategy.(DeleteMarker); ok && obj.GetDeletionTimestamp() == nil {
 		m.MarkForDeletion(obj) // adds the finalizer of the resource's own cleanup
 	}
+	// The propagation policy becomes the garbage collector's finalizers, also
+	// on an object being deleted already (kube switches them there too).
+	changed, finalizers := gcFinalizers(obj, opts)
+	if changed {
+		obj.SetFinalizers(finalizers)
+	}
 	if len(obj.GetFinalizers()) > 0 {
 		// Finalizers hold the object: it is only marked as being deleted;
 		// the update that removes the last one deletes it.
-		if obj.GetDeletionTimestamp() != nil {
+		if obj.GetDeletionTimestamp() != nil && !changed {
 			return obj, false, nil
 		}
-		now, zero := metav1.NewTime(time.Now().Truncate(time.Second)), int64(0)
-		obj.SetDeletionTimestamp(&now)
-		obj.SetDeletionGracePeriodSeconds(&zero)
+		if obj.GetDeletionTimestamp() == nil {
+			now, zero := metav1.NewTime(time.Now().Truncate(time.Second)), int64(0)
+			obj.SetDeletionTimestamp(&now)
+			obj.SetDeletionGracePeriodSeconds(&zero)
+			if g := obj.GetGeneration(); g > 0 {
+				obj.SetGeneration(g + 1) // as kube's markAsDeleting
+			}
+		}
 		if conds.DryRun {
 			return obj, false, nil // what the marking would store
 		}
@@ -718,6 +729,11 @@ func (s *Store) checkDelete(stored etcdstore.Object, obj Object, opts *metav1.De
 	}
 	if conds.IfNoneMatch != nil && conds.IfNoneMatch(current) {
 		return newPreconditionFailed(gr, obj.GetName(), "If-None-Match", current)
+	}
+	// After the object is read, as kube's BeforeDelete: a missing object is
+	// 404 whatever the options say.
+	if err := validateDeleteOptions(opts); err != nil {
+		return err
 	}
 	if err := checkPreconditions(opts, obj); err != nil {
 		return apierrors.NewConflict(gr, obj.GetName(), err)
