@@ -166,6 +166,17 @@ func (s *Store) Get(ctx context.Context, namespace, name string) (Object, error)
 	return s.got(namespace, name, stored, cached)
 }
 
+// GetFromStorage reads one object from etcd itself (a linearizable read),
+// never from the read cache: for the garbage collector, whose decision to
+// delete an object must rest on its owners' state in etcd.
+func (s *Store) GetFromStorage(ctx context.Context, namespace, name string) (Object, error) {
+	stored, err := s.storage.Get(ctx, s.ref(namespace, name), 0)
+	if err != nil {
+		return nil, toStatus(err, s.Resource.GroupResource(), name)
+	}
+	return s.got(namespace, name, stored, nil)
+}
+
 // got is the object Get answers for what read returned: a copy the caller
 // may change.
 func (s *Store) got(namespace, name string, stored etcdstore.Object, cached *cacheEntry) (Object, error) {
