@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/concord-dev/concord/apiserver/filters"
+	"github.com/concord-dev/concord/leaderelect"
 	"github.com/concord-dev/concord/registry"
 	"github.com/concord-dev/concord/registry/encryption"
 )
@@ -80,6 +81,10 @@ type Config struct {
 	// resourceVersion or If-Match: helm-releases, none or kube
 	// (registry.ParseUnconditionalUpdate).
 	UnconditionalUpdate string
+	// LeaderElection times the Leases that choose the one replica running
+	// each controller (the garbage collector, ...): kube-controller-manager's
+	// --leader-elect-* flags.
+	LeaderElection leaderelect.Config
 }
 
 // DefaultConfig is dev mode: embedded etcd, loopback only.
@@ -102,6 +107,11 @@ func DefaultConfig() Config {
 		Profiling:                   true,
 		WatchCache:                  true,
 		UnconditionalUpdate:         registry.UnconditionalHelmReleases.String(),
+		LeaderElection: leaderelect.Config{
+			LeaseDuration: leaderelect.DefaultLeaseDuration,
+			RenewDeadline: leaderelect.DefaultRenewDeadline,
+			RetryPeriod:   leaderelect.DefaultRetryPeriod,
+		},
 	}
 }
 
@@ -147,6 +157,9 @@ func (cfg *Config) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&cfg.WatchCache, "watch-cache", cfg.WatchCache, "serve gets and lists (their first page; resourceVersion unset or 0) from memory: each replica keeps every object of a resource it reads current with an etcd watch and, per read, reads only etcd's current revision (one request for all reads that arrive meanwhile) and waits until it has applied it, so reads stay linearizable; false: every read goes to etcd")
 	fs.BoolVar(&cfg.Profiling, "profiling", cfg.Profiling, "serve Go's CPU, heap and goroutine profiles under /debug/pprof/ (authorized as a non-resource URL: by default system:masters only)")
 	fs.StringVar(&cfg.UnconditionalUpdate, "unconditional-update", cfg.UnconditionalUpdate, "which replaces (PUT) may come without metadata.resourceVersion or If-Match, done as kube-apiserver does (one etcd transaction guarded by the revision read, retried when another write lands first): helm-releases (Helm 3's release records: Secrets of type helm.sh/release.v1, ConfigMaps and Secrets labelled owner=helm), none (every one is refused with 428), or kube (kube-apiserver's rule: the resources whose kube strategy allows it, such as ConfigMaps, Secrets and Namespaces; never Leases)")
+	fs.DurationVar(&cfg.LeaderElection.LeaseDuration, "leader-elect-lease-duration", cfg.LeaderElection.LeaseDuration, "how long, after the last renewal it saw, a replica waits before taking over a controller's Lease (kube-system/concord-*) from a replica that stopped renewing it")
+	fs.DurationVar(&cfg.LeaderElection.RenewDeadline, "leader-elect-renew-deadline", cfg.LeaderElection.RenewDeadline, "how long the replica running a controller keeps trying to renew its Lease before it stops running it; shorter than --leader-elect-lease-duration")
+	fs.DurationVar(&cfg.LeaderElection.RetryPeriod, "leader-elect-retry-period", cfg.LeaderElection.RetryPeriod, "how often replicas renew, or try to take, the controllers' Leases; shorter than --leader-elect-renew-deadline")
 	fs.StringVar(&cfg.EncryptionProviderConfig, "encryption-provider-config", cfg.EncryptionProviderConfig, "EncryptionConfiguration file (kube-apiserver's format; providers aesgcm and identity) saying which resources are encrypted at rest in etcd, e.g. secrets")
 }
 
@@ -225,6 +238,21 @@ func (cfg *Config) Validate() error {
 	}
 	if _, err := registry.ParseUnconditionalUpdate(cfg.UnconditionalUpdate); err != nil {
 		errs = append(errs, fmt.Errorf("--unconditional-update: %q is not one of helm-releases (the default), none, kube", cfg.UnconditionalUpdate))
+	}
+	for _, d := range []struct {
+		flag  string
+		value time.Duration
+	}{
+		{"--leader-elect-lease-duration", cfg.LeaderElection.LeaseDuration},
+		{"--leader-elect-renew-deadline", cfg.LeaderElection.RenewDeadline},
+		{"--leader-elect-retry-period", cfg.LeaderElection.RetryPeriod},
+	} {
+		if d.value <= 0 {
+			errs = append(errs, fmt.Errorf("%s: %s must be positive", d.flag, d.value))
+		}
+	}
+	if err := cfg.LeaderElection.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("--leader-elect-*: %w", err))
 	}
 	errs = append(errs, cfg.validateEtcdTLS()...)
 	errs = append(errs, cfg.validateSecurity()...)

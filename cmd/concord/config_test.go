@@ -107,3 +107,14 @@ func runValidateCases(t *testing.T, tests []validateCase) {
 		})
 	}
 }
+
+func TestValidateLeaderElection(t *testing.T) {
+	runValidateCases(t, []validateCase{
+		{"short durations", func(c *Config) {
+			c.LeaderElection.LeaseDuration, c.LeaderElection.RenewDeadline, c.LeaderElection.RetryPeriod = 4*time.Second, 3*time.Second, 500*time.Millisecond
+		}, ""},
+		{"renew deadline not shorter than the lease", func(c *Config) { c.LeaderElection.RenewDeadline = 15 * time.Second }, "--leader-elect-*: the renew deadline must be shorter than the lease duration"},
+		{"retry period not shorter than the renew deadline", func(c *Config) { c.LeaderElection.RetryPeriod = 10 * time.Second }, "--leader-elect-*: the retry period must be shorter than the renew deadline"},
+		{"zero retry period", func(c *Config) { c.LeaderElection.RetryPeriod = 0 }, "--leader-elect-retry-period: 0s must be positive"},
+	})
+}
