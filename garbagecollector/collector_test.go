@@ -425,3 +425,62 @@ func TestClusterScopedDependentOfNamespacedOwner(t *testing.T) {
 func jsonUnmarshal(s string, v any) error {
 	return json.NewDecoder(bytes.NewBufferString(s)).Decode(v)
 }
+
+// hookStorage runs beforeDelete (once per name it returns true for) before
+// a delete reaches etcd.
+type hookStorage struct {
+	registry.Storage
+	beforeDelete func(ctx context.Context, ref etcdstore.Ref)
+}
+
+func (h *hookStorage) Delete(ctx context.Context, ref etcdstore.Ref, revision int64, guards ...etcdstore.Guard) (int64, error) {
+	if h.beforeDelete != nil {
+		h.beforeDelete(ctx, ref)
+	}
+	return h.Storage.Delete(ctx, ref, revision, guards...)
+}
+
+// TestAdoptedBetweenCheckAndDelete: a dependent re-owned by a live owner
+// after the collector found its owner gone, just before its delete
+// reaches etcd, is not deleted: the delete is guarded by the version the
+// collector decided on, fails, and the dependent is looked at again.
+func TestAdoptedBetweenCheckAndDelete(t *testing.T) {
+	hook := &hookStorage{}
+	f := newFixture(t, func(s registry.Storage) registry.Storage { hook.Storage = s; return hook })
+	f.run(t)
+	old, adopter := f.configMap(t, "old"), f.configMap(t, "adopter")
+	f.configMap(t, "racer", ref(old, false))
+	var once sync.Once
+	adopted := make(chan error, 1)
+	hook.beforeDelete = func(ctx context.Context, r etcdstore.Ref) {
+		if r.Name != "racer" {
+			return
+		}
+		once.Do(func() {
+			obj, err := f.configMaps.GetFromStorage(ctx, "default", "racer")
+			if err == nil {
+				obj.SetOwnerReferences([]metav1.OwnerReference{ref(adopter, false)})
+				_, _, err = f.configMaps.Update(ctx, "default", "racer", obj, registry.WriteOptions{})
+			}
+			adopted <- err
+		})
+	}
+	f.delete(t, f.configMaps, "default", "old", "")
+	select {
+	case err := <-adopted:
+		if err != nil {
+			t.Fatalf("re-own racer: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the collector never tried to delete racer")
+	}
+	// The owner's own delete went before; let the collector look again.
+	time.Sleep(500 * time.Millisecond)
+	obj := get(t, f.configMaps, "default", "racer")
+	if obj == nil {
+		t.Fatal("racer was deleted after it was re-owned by a live owner")
+	}
+	if refs := obj.GetOwnerReferences(); len(refs) != 1 || refs[0].UID != adopter.UID {
+		t.Errorf("racer's owners %v; want the adopter", refs)
+	}
+}
