@@ -668,7 +668,8 @@ func (s *Store) deleteFrom(ctx context.Context, namespace, name string, opts *me
 		return nil, false, err
 	}
 	obj := copyObject(shared)
-	if m, ok := s.Resource.Strategy.(DeleteMarker); ok && obj.GetDeletionTimestamp() == nil {
+	m, marker := s.Resource.Strategy.(DeleteMarker)
+	if marker && obj.GetDeletionTimestamp() == nil {
 		m.MarkForDeletion(obj) // adds the finalizer of the resource's own cleanup
 	}
 	// The propagation policy becomes the garbage collector's finalizers, also
@@ -687,8 +688,10 @@ func (s *Store) deleteFrom(ctx context.Context, namespace, name string, opts *me
 			now, zero := metav1.NewTime(time.Now().Truncate(time.Second)), int64(0)
 			obj.SetDeletionTimestamp(&now)
 			obj.SetDeletionGracePeriodSeconds(&zero)
-			if g := obj.GetGeneration(); g > 0 {
-				obj.SetGeneration(g + 1) // as kube's markAsDeleting
+			// As kube's markAsDeleting; kube's own delete of a CRD (the
+			// marker) keeps the generation, which says its spec changed.
+			if g := obj.GetGeneration(); g > 0 && !marker {
+				obj.SetGeneration(g + 1)
 			}
 		}
 		if conds.DryRun {
