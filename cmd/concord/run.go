@@ -27,6 +27,7 @@ import (
 	"github.com/concord-dev/concord/crdcleanup"
 	"github.com/concord-dev/concord/crdserving"
 	"github.com/concord-dev/concord/crdstatus"
+	"github.com/concord-dev/concord/garbagecollector"
 	"github.com/concord-dev/concord/etcdstore"
 	"github.com/concord-dev/concord/registry"
 	"github.com/concord-dev/concord/sacontroller"
@@ -161,6 +162,12 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 	if err != nil {
 		return fmt.Errorf("create the system namespaces: %w", err)
 	}
+	// The garbage collector runs on one replica at a time, as
+	// kube-controller-manager's does, under a Lease in kube-system.
+	leases, _ := catalog.Lookup(registry.Leases.GroupVersion.Group, registry.Leases.GroupVersion.Version, registry.Leases.Plural)
+	elect := newElector(cfg.LeaderElection, leases, log)
+	collector := garbagecollector.New(catalog, garbagecollector.Config{}, log.With("controller", "garbage-collector"))
+	elect.run(ctx, "concord-garbage-collector", collector.Run)
 
 	tokenIssuer, tokenAuthn, err := saKeys.tokens(cfg.ServiceAccounts, catalog)
 	if err != nil {
