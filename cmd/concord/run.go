@@ -162,12 +162,12 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 	if err != nil {
 		return fmt.Errorf("create the system namespaces: %w", err)
 	}
-	// The garbage collector runs on one replica at a time, as
-	// kube-controller-manager's does, under a Lease in kube-system.
-	leases, _ := catalog.Lookup(registry.Leases.GroupVersion.Group, registry.Leases.GroupVersion.Version, registry.Leases.Plural)
-	elect := newElector(cfg.LeaderElection, leases, log)
+	// kube-controller-manager's controllers run on one replica at a time,
+	// each under a Lease of its own in kube-system.
+	elect := newElector(cfg.LeaderElection, coreStore(catalog, registry.Leases), log)
 	collector := garbagecollector.New(catalog, garbagecollector.Config{}, log.With("controller", "garbage-collector"))
 	elect.run(ctx, "concord-garbage-collector", collector.Run)
+	elect.run(ctx, "concord-serviceaccounts", sacontroller.New(coreStore(catalog, registry.Namespaces), coreStore(catalog, registry.ServiceAccounts), log).Run)
 
 	tokenIssuer, tokenAuthn, err := saKeys.tokens(cfg.ServiceAccounts, catalog)
 	if err != nil {
@@ -176,8 +176,6 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 	if tokenAuthn != nil { // not a typed nil in the interface
 		sec.authn.TokenAuthenticator = tokenAuthn
 	}
-	elector := newElector(cfg.LeaderElection, coreStore(catalog, registry.Leases), log)
-	elector.run(ctx, "concord-serviceaccounts", sacontroller.New(coreStore(catalog, registry.Namespaces), coreStore(catalog, registry.ServiceAccounts), log).Run)
 
 	var origins []*regexp.Regexp
 	for _, o := range cfg.CORSAllowedOrigins {
