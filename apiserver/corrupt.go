@@ -9,7 +9,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metainternalversionscheme "k8s.io/apimachinery/pkg/apis/meta/internalversion/scheme"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -76,15 +75,9 @@ func servedGroupResources(catalog *registry.Catalog, counted func(*registry.Reso
 // ignoreStoreReadErrorWithClusterBreakingPotential as kube-apiserver does:
 // not on a collection, not with options it cannot honour (422), and only
 // for a user who may also do unsafe-delete-ignore-read-errors on the object
-// (403). Without a body the option may come from the query, as all of
-// kube's DeleteOptions do.
+// (403).
 func checkUnsafeDelete(r *http.Request, opts *metav1.DeleteOptions, collection bool) error {
 	const param = "ignoreStoreReadErrorWithClusterBreakingPotential"
-	if q := r.URL.Query(); q.Has(param) && noDeleteOptions(opts) {
-		if err := metainternalversionscheme.ParameterCodec.DecodeParameters(q, metav1.SchemeGroupVersion, opts); err != nil {
-			return apierrors.NewBadRequest(err.Error())
-		}
-	}
 	if !registry.IgnoresReadErrors(opts) {
 		return nil
 	}

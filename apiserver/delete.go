@@ -3,6 +3,8 @@ package apiserver
 import (
 	"net/http"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metainternalversionscheme "k8s.io/apimachinery/pkg/apis/meta/internalversion/scheme"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/concord-dev/concord/registry"
@@ -61,6 +63,13 @@ func (h *resourceHandler) deleteOptions(w http.ResponseWriter, r *http.Request) 
 	delOpts, err := decodeDeleteOptions(w, r, gv)
 	if err != nil {
 		return nil, opts, err
+	}
+	// Without a body the options may come as query parameters
+	// (?propagationPolicy=Foreground), as kube's delete handler reads them.
+	if noDeleteOptions(delOpts) {
+		if err := metainternalversionscheme.ParameterCodec.DecodeParameters(r.URL.Query(), metav1.SchemeGroupVersion, delOpts); err != nil {
+			return nil, opts, apierrors.NewBadRequest(err.Error())
+		}
 	}
 	if err := checkUnsafeDelete(r, delOpts, h.name == ""); err != nil {
 		return nil, opts, err

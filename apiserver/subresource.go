@@ -54,6 +54,10 @@ func (h *resourceHandler) subresource(w http.ResponseWriter, r *http.Request, su
 		return
 	}
 	switch {
+	case !served && !isCustom(res):
+		// A built-in subresource not served here (TokenRequests without a
+		// signing key): the path is unknown, as to kube's router.
+		notFound(w, r)
 	case !served:
 		// kube's custom resource handler: the object is not found.
 		writeError(w, r, apierrors.NewNotFound(res.GroupResource(), name))

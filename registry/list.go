@@ -333,6 +333,10 @@ func (s *Store) newList(items []runtime.Object, rev int64, token string, remaini
 // listOpts' selectors match, one guarded delete each, and returns the list
 // of what it deleted (or, with finalizers, marked as being deleted).
 func (s *Store) DeleteCollection(ctx context.Context, namespace string, listOpts *metainternalversion.ListOptions, delOpts *metav1.DeleteOptions, opts WriteOptions) (runtime.Object, error) {
+	// Before anything is read, as kube's deletecollection handler checks them.
+	if err := validateDeleteOptions(delOpts); err != nil {
+		return nil, err
+	}
 	listOpts.Limit, listOpts.Continue = 0, ""
 	list, err := s.List(ctx, namespace, listOpts)
 	if err != nil {

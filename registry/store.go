@@ -166,6 +166,17 @@ func (s *Store) Get(ctx context.Context, namespace, name string) (Object, error)
 	return s.got(namespace, name, stored, cached)
 }
 
+// GetFromStorage reads one object from etcd itself (a linearizable read),
+// never from the read cache: for the garbage collector, whose decision to
+// delete an object must rest on its owners' state in etcd.
+func (s *Store) GetFromStorage(ctx context.Context, namespace, name string) (Object, error) {
+	stored, err := s.storage.Get(ctx, s.ref(namespace, name), 0)
+	if err != nil {
+		return nil, toStatus(err, s.Resource.GroupResource(), name)
+	}
+	return s.got(namespace, name, stored, nil)
+}
+
 // got is the object Get answers for what read returned: a copy the caller
 // may change.
 func (s *Store) got(namespace, name string, stored etcdstore.Object, cached *cacheEntry) (Object, error) {
@@ -657,18 +668,32 @@ func (s *Store) deleteFrom(ctx context.Context, namespace, name string, opts *me
 		return nil, false, err
 	}
 	obj := copyObject(shared)
-	if m, ok := s.Resource.Strategy.(DeleteMarker); ok && obj.GetDeletionTimestamp() == nil {
+	m, marker := s.Resource.Strategy.(DeleteMarker)
+	if marker && obj.GetDeletionTimestamp() == nil {
 		m.MarkForDeletion(obj) // adds the finalizer of the resource's own cleanup
+	}
+	// The propagation policy becomes the garbage collector's finalizers, also
+	// on an object being deleted already (kube switches them there too).
+	changed, finalizers := gcFinalizers(obj, opts)
+	if changed {
+		obj.SetFinalizers(finalizers)
 	}
 	if len(obj.GetFinalizers()) > 0 {
 		// Finalizers hold the object: it is only marked as being deleted;
 		// the update that removes the last one deletes it.
-		if obj.GetDeletionTimestamp() != nil {
+		if obj.GetDeletionTimestamp() != nil && !changed {
 			return obj, false, nil
 		}
-		now, zero := metav1.NewTime(time.Now().Truncate(time.Second)), int64(0)
-		obj.SetDeletionTimestamp(&now)
-		obj.SetDeletionGracePeriodSeconds(&zero)
+		if obj.GetDeletionTimestamp() == nil {
+			now, zero := metav1.NewTime(time.Now().Truncate(time.Second)), int64(0)
+			obj.SetDeletionTimestamp(&now)
+			obj.SetDeletionGracePeriodSeconds(&zero)
+			// As kube's markAsDeleting; kube's own delete of a CRD (the
+			// marker) keeps the generation, which says its spec changed.
+			if g := obj.GetGeneration(); g > 0 && !marker {
+				obj.SetGeneration(g + 1)
+			}
+		}
 		if conds.DryRun {
 			return obj, false, nil // what the marking would store
 		}
@@ -718,6 +743,11 @@ func (s *Store) checkDelete(stored etcdstore.Object, obj Object, opts *metav1.De
 	}
 	if conds.IfNoneMatch != nil && conds.IfNoneMatch(current) {
 		return newPreconditionFailed(gr, obj.GetName(), "If-None-Match", current)
+	}
+	// After the object is read, as kube's BeforeDelete: a missing object is
+	// 404 whatever the options say.
+	if err := validateDeleteOptions(opts); err != nil {
+		return err
 	}
 	if err := checkPreconditions(opts, obj); err != nil {
 		return apierrors.NewConflict(gr, obj.GetName(), err)

@@ -27,6 +27,7 @@ import (
 	"github.com/concord-dev/concord/crdcleanup"
 	"github.com/concord-dev/concord/crdserving"
 	"github.com/concord-dev/concord/crdstatus"
+	"github.com/concord-dev/concord/garbagecollector"
 	"github.com/concord-dev/concord/etcdstore"
 	"github.com/concord-dev/concord/registry"
 	"github.com/concord-dev/concord/sacontroller"
@@ -161,14 +162,20 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 	if err != nil {
 		return fmt.Errorf("create the system namespaces: %w", err)
 	}
+	// kube-controller-manager's controllers run on one replica at a time,
+	// each under a Lease of its own in kube-system.
+	elect := newElector(cfg.LeaderElection, coreStore(catalog, registry.Leases), log)
+	collector := garbagecollector.New(catalog, garbagecollector.Config{}, log.With("controller", "garbage-collector"))
+	elect.run(ctx, "concord-garbage-collector", collector.Run)
+	elect.run(ctx, "concord-serviceaccounts", sacontroller.New(coreStore(catalog, registry.Namespaces), coreStore(catalog, registry.ServiceAccounts), log).Run)
 
 	tokenIssuer, tokenAuthn, err := saKeys.tokens(cfg.ServiceAccounts, catalog)
 	if err != nil {
 		return err
 	}
-	sec.authn.TokenAuthenticator = tokenAuthn
-	elector := newElector(cfg.LeaderElection, coreStore(catalog, registry.Leases), log)
-	elector.run(ctx, "concord-serviceaccounts", sacontroller.New(coreStore(catalog, registry.Namespaces), coreStore(catalog, registry.ServiceAccounts), log).Run)
+	if tokenAuthn != nil { // not a typed nil in the interface
+		sec.authn.TokenAuthenticator = tokenAuthn
+	}
 
 	var origins []*regexp.Regexp
 	for _, o := range cfg.CORSAllowedOrigins {
@@ -193,7 +200,7 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 		AuditLog:       sec.audit,
 		Profiling:      cfg.Profiling,
 		TokenIssuer:    tokenIssuer,
-		OpenIDMetadata: saKeys.metadata,
+		OpenIDMetadata: saKeys.openIDMetadata(),
 	})
 	// A client that sends its headers slowly (or not at all) is cut off
 	// after readHeaderTimeout, an idle keep-alive connection after

@@ -23,8 +23,9 @@ import (
 // ServiceAccountConfig is how ServiceAccount tokens are issued and
 // verified, with kube-apiserver's flags.
 type ServiceAccountConfig struct {
-	// SigningKeyFile is the private key tokens are signed with. Empty:
-	// Concord generates one in --cert-dir and reuses it at the next start.
+	// SigningKeyFile is the private key tokens are signed with. Empty: in
+	// dev mode Concord generates one in --cert-dir and reuses it at the
+	// next start; with --etcd-servers no tokens are issued or accepted.
 	SigningKeyFile string
 	// KeyFiles hold the keys tokens are verified with (several, for
 	// rotation). Empty: the signing key's.
@@ -65,7 +66,7 @@ func (r repeated) Set(s string) error {
 
 func (cfg *Config) addServiceAccountFlags(fs *flag.FlagSet) {
 	s := &cfg.ServiceAccounts
-	fs.StringVar(&s.SigningKeyFile, "service-account-signing-key-file", s.SigningKeyFile, "PEM file of the RSA or ECDSA private key ServiceAccount tokens are signed with (RS256, ES256, ES384, ES512); none: Concord generates an RSA key in --cert-dir and reuses it at the next start")
+	fs.StringVar(&s.SigningKeyFile, "service-account-signing-key-file", s.SigningKeyFile, "PEM file of the RSA or ECDSA private key ServiceAccount tokens are signed with (RS256, ES256, ES384, ES512); none: in dev mode Concord generates an RSA key in --cert-dir and reuses it at the next start; with --etcd-servers, TokenRequests are not served and no ServiceAccount token is accepted (every replica needs the same key)")
 	fs.Var(repeated{&s.KeyFiles}, "service-account-key-file", "PEM file of RSA or ECDSA public keys, certificates or private keys that verify ServiceAccount tokens; repeat it to accept tokens of several keys during a rotation (default: the signing key)")
 	fs.Var(repeated{&s.Issuers}, "service-account-issuer", "the iss claim of the ServiceAccount tokens issued (the first one) and accepted (all of them), and the OpenID discovery documents' issuer when it is an https URL (default: "+defaultIssuer+")")
 	fs.StringVar(&s.JWKSURI, "service-account-jwks-uri", s.JWKSURI, "jwks_uri of /.well-known/openid-configuration (default: <issuer>/openid/v1/jwks)")
@@ -122,17 +123,26 @@ type serviceAccountKeys struct {
 	metadata *serviceaccount.Metadata
 }
 
-// serviceAccountKeys loads the key files, or loads or generates the key of
-// --cert-dir; log, if not nil, is told what was done.
+// serviceAccountKeys loads the key files or, in dev mode, loads or
+// generates the key of --cert-dir; log, if not nil, is told what was done.
+// With --etcd-servers and no signing key it returns nil: no tokens are
+// issued or accepted, since replicas that each made a key of their own
+// would refuse each other's tokens.
 func (cfg *Config) serviceAccountKeys(log *slog.Logger) (*serviceAccountKeys, error) {
 	s := &cfg.ServiceAccounts
 	out := &serviceAccountKeys{}
 	var err error
-	if s.SigningKeyFile != "" {
+	switch {
+	case s.SigningKeyFile != "":
 		if out.signer, err = serviceaccount.LoadSigningKey(s.SigningKeyFile); err != nil {
 			return nil, fmt.Errorf("--service-account-signing-key-file: %w", err)
 		}
-	} else {
+	case !cfg.Embedded():
+		if log != nil {
+			log.Info("ServiceAccount tokens are not issued or accepted: give every replica the same --service-account-signing-key-file to serve TokenRequests (e.g. openssl genrsa -out sa.key 2048)")
+		}
+		return nil, nil
+	default:
 		path := filepath.Join(cfg.Security.CertDir, saSigningKeyFile)
 		generated := false
 		if out.signer, generated, err = loadOrCreateSigningKey(path); err != nil {
@@ -140,9 +150,6 @@ func (cfg *Config) serviceAccountKeys(log *slog.Logger) (*serviceAccountKeys, er
 		}
 		if log != nil {
 			log.Info("service account tokens are signed with the key of --cert-dir", "key", path, "generated", generated)
-			if !cfg.Embedded() {
-				log.Warn("each replica generates its own service account signing key unless they share --cert-dir; give them one with --service-account-signing-key-file")
-			}
 		}
 	}
 	for _, f := range s.KeyFiles {
@@ -199,6 +206,9 @@ func loadOrCreateSigningKey(path string) (crypto.Signer, bool, error) {
 // tokens builds the TokenRequest issuer and the token authenticator over
 // the catalog's ServiceAccounts and Secrets.
 func (k *serviceAccountKeys) tokens(s ServiceAccountConfig, catalog *registry.Catalog) (*serviceaccount.Issuer, *serviceaccount.Authenticator, error) {
+	if k == nil {
+		return nil, nil, nil
+	}
 	sas, secrets := coreStore(catalog, registry.ServiceAccounts), coreStore(catalog, registry.Secrets)
 	issuer, err := serviceaccount.NewIssuer(serviceaccount.IssuerConfig{
 		Issuer: s.Issuers[0], Key: k.signer, APIAudiences: s.APIAudiences, MaxExpiration: s.MaxTokenExpiration,
@@ -224,4 +234,13 @@ func coreStore(catalog *registry.Catalog, res *registry.Resource) *registry.Stor
 		panic("the catalog serves no " + res.Plural) // built-ins are always served
 	}
 	return s
+}
+
+// openIDMetadata is what /.well-known/openid-configuration serves: nil
+// without tokens, or when the issuer is not an https URL.
+func (k *serviceAccountKeys) openIDMetadata() *serviceaccount.Metadata {
+	if k == nil {
+		return nil
+	}
+	return k.metadata
 }

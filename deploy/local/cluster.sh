@@ -69,10 +69,13 @@ up() {
   # Plain HTTP on loopback, open to anyone who reaches it (--insecure-serving
   # --anonymous-auth --authorization-mode AlwaysAllow): HAProxy checks /readyz
   # over HTTP and the kubeconfig below has no credential. CONCORD_FLAGS come
-  # last and may override them (docs/security.md).
+  # last and may override them (docs/security.md). Every replica signs and
+  # verifies ServiceAccount tokens with the same key.
+  openssl genrsa -out "$run/data/service-account.key" 2048 2>/dev/null || die "openssl genrsa failed: is openssl installed?"
   for i in 1 2 3; do
     start "concord$i" "$run/bin/concord" --etcd-servers "$endpoints" --bind-address 127.0.0.1 --port "$(replica_port $i)" \
-      --shutdown-delay-duration 2s --insecure-serving --anonymous-auth --authorization-mode AlwaysAllow ${CONCORD_FLAGS:-}
+      --shutdown-delay-duration 2s --insecure-serving --anonymous-auth --authorization-mode AlwaysAllow \
+      --service-account-signing-key-file "$run/data/service-account.key" ${CONCORD_FLAGS:-}
   done
   for i in 1 2 3; do wait_for "http://127.0.0.1:$(replica_port $i)/readyz" "concord$i" 60; done
   say "concord replicas up on ports $(replica_port 1), $(replica_port 2), $(replica_port 3)"

@@ -1,0 +1,357 @@
+// Package garbagecollector deletes objects whose owners are gone, as
+// kube-controller-manager's garbage collector does: it watches every
+// resource the catalog serves (custom resources too, as they come and go),
+// keeps a graph of owner uid → dependents from what the watches say, and
+// when an owner is gone deletes its dependents (Background), deletes the
+// blocking dependents of an owner being deleted in the foreground and then
+// lets the owner go (Foreground), or removes the references to an orphaning
+// owner from its dependents and then lets it go (Orphan).
+//
+// The graph only says what to look at. Before a dependent is deleted its
+// owners are read from etcd (a uid found absent there stays absent: uids
+// are never reused), and the delete is guarded by the dependent's uid and
+// resourceVersion, so a dependent that was adopted or changed meanwhile is
+// looked at again, never deleted on a stale view. One replica runs it at a
+// time (under a Lease).
+package garbagecollector
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/concord-dev/concord/registry"
+)
+
+// FieldManager is who the collector's writes are recorded as, as kube's
+// collector's are (its client's User-Agent).
+const FieldManager = "kube-controller-manager"
+
+// Config tunes a Collector; the zero value is kube's defaults.
+type Config struct {
+	// Workers is how many objects are worked on at once (0: 20, kube's
+	// --concurrent-gc-syncs).
+	Workers int
+	// RewatchDelay is the pause before a watch that ended is opened again
+	// (0: 500ms).
+	RewatchDelay time.Duration
+}
+
+// Collector collects the objects of one catalog.
+type Collector struct {
+	catalog *registry.Catalog
+	log     *slog.Logger
+	cfg     Config
+	// changed is signalled when the catalog's set of stores changes.
+	changed chan struct{}
+
+	mu    sync.Mutex
+	graph *graph
+	// absent are the owners etcd said are gone, by ownerKey: a uid never
+	// comes back.
+	absent map[string]bool
+	// unknownKinds are the owner kinds not served, logged once each, and the
+	// dependents naming them, looked at again when the catalog changes.
+	unknownKinds map[schema.GroupKind]map[types.UID]struct{}
+	// reported are the invalid references an Event was recorded for.
+	reported map[string]bool
+	queue    workqueue.TypedRateLimitingInterface[types.UID]
+	orphans  workqueue.TypedRateLimitingInterface[types.UID]
+}
+
+// New returns the collector of catalog's objects. Run it under a Lease.
+func New(catalog *registry.Catalog, cfg Config, log *slog.Logger) *Collector {
+	if cfg.Workers <= 0 {
+		cfg.Workers = 20
+	}
+	if cfg.RewatchDelay <= 0 {
+		cfg.RewatchDelay = 500 * time.Millisecond
+	}
+	c := &Collector{catalog: catalog, cfg: cfg, log: log, changed: make(chan struct{}, 1)}
+	catalog.Subscribe(func() {
+		select {
+		case c.changed <- struct{}{}:
+		default: // a change is pending already; Run reads the whole set
+		}
+	})
+	return c
+}
+
+// Run collects until ctx ends; it starts from nothing each time (a new
+// leadership term), watching every store from its current state.
+func (c *Collector) Run(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	limiter := func() workqueue.TypedRateLimiter[types.UID] {
+		return workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](5*time.Millisecond, 10*time.Second)
+	}
+	c.mu.Lock()
+	c.graph, c.absent, c.reported = newGraph(), map[string]bool{}, map[string]bool{}
+	c.unknownKinds = map[schema.GroupKind]map[types.UID]struct{}{}
+	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(limiter(), workqueue.TypedRateLimitingQueueConfig[types.UID]{})
+	c.orphans = workqueue.NewTypedRateLimitingQueueWithConfig(limiter(), workqueue.TypedRateLimitingQueueConfig[types.UID]{})
+	queue, orphans := c.queue, c.orphans
+	c.mu.Unlock()
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer orphans.ShutDown()
+	defer queue.ShutDown()
+	defer cancel()
+
+	monitors := map[schema.GroupResource]*monitor{}
+	synced := c.monitor(ctx, &wg, monitors)
+	for _, ch := range synced {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		}
+	}
+	c.log.Info("garbage collector: graph built from every served resource; collecting", "resources", len(monitors))
+	for range c.cfg.Workers {
+		wg.Add(2)
+		go func() { defer wg.Done(); c.work(ctx, queue, c.attemptToDelete) }()
+		go func() { defer wg.Done(); c.work(ctx, orphans, c.attemptToOrphan) }()
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.changed:
+			c.monitor(ctx, &wg, monitors)
+			c.retryUnknownKinds()
+		}
+	}
+}
+
+// monitor watches every key space the catalog serves and stops the
+// watches of those it no longer serves; it returns the channels that are
+// closed once each new watch has sent its initial state.
+func (c *Collector) monitor(ctx context.Context, wg *sync.WaitGroup, monitors map[schema.GroupResource]*monitor) []<-chan struct{} {
+	want := map[schema.GroupResource]*registry.Store{}
+	for _, s := range c.catalog.Stores() {
+		res := s.Resource
+		// One watch per key space: another served version of the same
+		// objects (Resource.Storage, a CRD's other versions) adds nothing.
+		if res.Storage != nil || res.CreateOnly {
+			continue
+		}
+		if _, ok := want[res.GroupResource()]; !ok {
+			want[res.GroupResource()] = s
+		}
+	}
+	for gr, m := range monitors {
+		if want[gr] != m.store {
+			m.cancel()
+			delete(monitors, gr)
+		}
+	}
+	var synced []<-chan struct{}
+	for gr, s := range want {
+		if _, ok := monitors[gr]; ok {
+			continue
+		}
+		mctx, cancel := context.WithCancel(ctx)
+		m := &monitor{c: c, store: s, cancel: cancel, synced: make(chan struct{})}
+		monitors[gr] = m
+		synced = append(synced, m.synced)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.run(mctx)
+		}()
+	}
+	return synced
+}
+
+// monitor feeds one store's watch into the graph.
+type monitor struct {
+	c      *Collector
+	store  *registry.Store
+	cancel context.CancelFunc
+	// synced is closed once the first watch has sent the initial state.
+	synced     chan struct{}
+	syncedOnce sync.Once
+}
+
+func (m *monitor) run(ctx context.Context) {
+	for ctx.Err() == nil && !m.store.WatchesStopped() {
+		if err := m.watchOnce(ctx); err != nil && ctx.Err() == nil {
+			m.c.log.Warn("garbage collector: watch ended; watching again", "resource", m.store.Resource.GroupResource(), "err", err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(m.c.cfg.RewatchDelay):
+		}
+	}
+	// A store no longer served never syncs: nobody waits for it.
+	m.syncedOnce.Do(func() { close(m.synced) })
+}
+
+// watchOnce watches from the current state: the initial events replace
+// what the graph knew of this resource (objects deleted while no watch ran
+// are forgotten as deleted), then every change is applied as it comes.
+func (m *monitor) watchOnce(ctx context.Context) error {
+	yes := true
+	w, err := m.store.Watch(ctx, "", &metainternalversion.ListOptions{Watch: true, SendInitialEvents: &yes, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan, AllowWatchBookmarks: true})
+	if err != nil {
+		return err
+	}
+	seen := map[types.UID]struct{}{}
+	initial := true
+	return w.Run(ctx, func(ev watch.Event, _ *registry.Encodings) error {
+		switch ev.Type {
+		case watch.Bookmark:
+			if initial {
+				initial = false
+				m.c.forgetUnseen(m.store, seen)
+				seen = nil
+				m.syncedOnce.Do(func() { close(m.synced) })
+			}
+		case watch.Added, watch.Modified, watch.Deleted:
+			obj, err := meta.Accessor(ev.Object)
+			if err != nil {
+				return fmt.Errorf("watch of %s sent a %T", m.store.Resource.GroupResource(), ev.Object)
+			}
+			if initial {
+				seen[obj.GetUID()] = struct{}{}
+			}
+			if ev.Type == watch.Deleted {
+				m.c.deleted(obj.GetUID())
+			} else {
+				m.c.observed(newNode(m.store, obj))
+			}
+		case watch.Error:
+			return fmt.Errorf("watch of %s: %w", m.store.Resource.GroupResource(), apierrors.FromObject(ev.Object))
+		}
+		return nil
+	})
+}
+
+// observed applies an object added or changed, and queues what it may now
+// let go: itself when an owner is not known to be there, it and its
+// dependents when its foreground deletion starts, its dependents' orphaning
+// when its orphan deletion starts, and owners it stopped blocking.
+func (c *Collector) observed(n *node) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.graph.put(n)
+	if n.orphan && (old == nil || !old.orphan) {
+		c.orphans.Add(n.uid)
+	}
+	if n.foreground && (old == nil || !old.foreground) {
+		c.queue.Add(n.uid)
+		for _, dep := range c.graph.dependentsOf(n.uid) {
+			c.queue.Add(dep.uid)
+		}
+	}
+	if old != nil {
+		for _, ref := range old.owners {
+			if old.blocks(ref.UID) && !n.blocks(ref.UID) {
+				c.queue.Add(ref.UID) // an owner waiting on it may be free now
+			}
+		}
+	}
+	if old == nil || !equalOwners(old.owners, n.owners) {
+		for _, ref := range n.owners {
+			if owner := c.graph.nodes[ref.UID]; owner == nil || owner.foreground || !owner.matches(ref, n.namespace) {
+				c.queue.Add(n.uid)
+				break
+			}
+		}
+	}
+}
+
+// deleted applies an object's deletion: its dependents may be garbage now,
+// and an owner waiting for it in the foreground may go.
+func (c *Collector) deleted(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.graph.remove(uid)
+	for _, dep := range c.graph.dependentsOf(uid) {
+		c.queue.Add(dep.uid)
+	}
+	if n != nil {
+		for _, ref := range n.owners {
+			if owner := c.graph.nodes[ref.UID]; owner != nil && owner.foreground {
+				c.queue.Add(ref.UID)
+			}
+		}
+	}
+}
+
+// forgetUnseen treats the objects of store the graph holds but a new
+// watch's initial state did not as deleted.
+func (c *Collector) forgetUnseen(store *registry.Store, seen map[types.UID]struct{}) {
+	c.mu.Lock()
+	var gone []types.UID
+	for uid, n := range c.graph.nodes {
+		if _, ok := seen[uid]; !ok && n.store.Resource.GroupResource() == store.Resource.GroupResource() {
+			gone = append(gone, uid)
+		}
+	}
+	c.mu.Unlock()
+	for _, uid := range gone {
+		c.deleted(uid)
+	}
+}
+
+// retryUnknownKinds queues again the dependents naming kinds that were
+// not served, once the catalog changed.
+func (c *Collector) retryUnknownKinds() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for gk, deps := range c.unknownKinds {
+		for uid := range deps {
+			c.queue.Add(uid)
+		}
+		delete(c.unknownKinds, gk)
+	}
+}
+
+// work runs process on what queue holds until it shuts down; an item that
+// fails is tried again later, backing off.
+func (c *Collector) work(ctx context.Context, queue workqueue.TypedRateLimitingInterface[types.UID], process func(context.Context, types.UID) error) {
+	for {
+		uid, shutdown := queue.Get()
+		if shutdown {
+			return
+		}
+		err := process(ctx, uid)
+		switch {
+		case err == nil:
+			queue.Forget(uid)
+		case ctx.Err() != nil:
+		default:
+			if !apierrors.IsConflict(err) {
+				c.log.Warn("garbage collector: will try again", "uid", uid, "err", err)
+			}
+			queue.AddRateLimited(uid)
+		}
+		queue.Done(uid)
+	}
+}
+
+func equalOwners(a, b []metav1.OwnerReference) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].UID != b[i].UID || a[i].Name != b[i].Name || a[i].Kind != b[i].Kind || a[i].APIVersion != b[i].APIVersion {
+			return false
+		}
+	}
+	return true
+}
