@@ -278,3 +278,24 @@ func TestNamespaceWithoutKubernetesFinalizer(t *testing.T) {
 		t.Errorf("left after the namespace was deleted: %v", keys)
 	}
 }
+
+// TestPropagationPolicies: a namespace deleted with any propagation policy
+// goes once its content is gone; the garbage collector removes the GC
+// finalizer the policy put on it.
+func TestPropagationPolicies(t *testing.T) {
+	f := newFixture(t)
+	for _, policy := range []metav1.DeletionPropagation{metav1.DeletePropagationOrphan, metav1.DeletePropagationForeground, metav1.DeletePropagationBackground} {
+		name := strings.ToLower(string(policy))
+		f.createNamespace(t, name)
+		if _, err := f.configMaps.Create(ctxFor(t), name, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings"}}, registry.WriteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.namespaces.Delete(ctxFor(t), "", name, &metav1.DeleteOptions{PropagationPolicy: &policy}, registry.WriteOptions{}); err != nil {
+			t.Fatalf("delete namespace %s: %v", name, err)
+		}
+		f.gone(t, name)
+		if keys := f.contentKeys(t, name); len(keys) != 0 {
+			t.Errorf("%s: left after the namespace was deleted: %v", policy, keys)
+		}
+	}
+}
