@@ -184,15 +184,36 @@ func (b *httpBackend) ensureNamespace(ctx context.Context, ns string) (bool, err
 	return false, fmt.Errorf("create namespace %s: %w", ns, err)
 }
 
+// deleteNamespace deletes ns and waits until it is gone: the server
+// deletes its contents first (kube's namespace controller), and a run
+// started meanwhile could not write into it.
 func (b *httpBackend) deleteNamespace(ctx context.Context, ns string) error {
-	buf, err := b.do(ctx, http.MethodDelete, b.base+"/api/v1/namespaces/"+url.PathEscape(ns), nil)
-	if err == nil {
-		bufPool.Put(buf)
-	}
+	u := b.base + "/api/v1/namespaces/" + url.PathEscape(ns)
+	buf, err := b.do(ctx, http.MethodDelete, u, nil)
 	if errors.Is(err, errNotFound) {
 		return nil
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	bufPool.Put(buf)
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for {
+		buf, err := b.do(ctx, http.MethodGet, u, nil)
+		if errors.Is(err, errNotFound) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("wait for namespace %s to be deleted: %w", ns, err)
+		}
+		bufPool.Put(buf)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("namespace %s is still there 2m after its deletion: %w", ns, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // write sends a create (POST) or replace (PUT) and returns the
