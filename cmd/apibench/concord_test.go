@@ -24,12 +24,14 @@ import (
 	"github.com/concord-dev/concord/etcdstore"
 	"github.com/concord-dev/concord/etcdstore/etcdtest"
 	"github.com/concord-dev/concord/internal/syncbuf"
+	"github.com/concord-dev/concord/namespacecontroller"
 	"github.com/concord-dev/concord/registry"
 )
 
 // startConcord runs Concord's handler on a loopback HTTP server over a real
 // embedded etcd (fsync off), as the apiserver tests do, with what run.go
-// runs beside it for CRDs (crdserving, crdstatus, crdcleanup), and returns
+// runs beside it for CRDs (crdserving, crdstatus, crdcleanup) and for the
+// deletion of namespaces (namespacecontroller), and returns
 // its URL and the etcd.
 func startConcord(t *testing.T) (string, *etcdtest.Etcd) {
 	t.Helper()
@@ -46,12 +48,14 @@ func startConcord(t *testing.T) (string, *etcdtest.Etcd) {
 	newStore := func(storage registry.Storage, res *registry.Resource) *registry.Store {
 		return registry.NewStore(storage, res, registry.DefaultWatchConfig())
 	}
+	namespaces, _ := catalog.Lookup("", "v1", "namespaces")
 	runCtx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for _, run := range []func(context.Context){
 		crdserving.New(crds, catalog, storage, newStore, log).Run,
 		crdstatus.New(crds, log).Run,
 		crdcleanup.New(crds, storage, newStore, log).Run,
+		namespacecontroller.New(namespaces, catalog, log).Run,
 	} {
 		wg.Add(1)
 		go func() {
