@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/concord-dev/concord/etcdstore/etcdtest"
 	"github.com/concord-dev/concord/internal/syncbuf"
@@ -42,4 +43,35 @@ func TestTokensNeedASharedKeyWithEtcdServers(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(cfg.DataDir, "tls", saSigningKeyFile)); !os.IsNotExist(err) {
 		t.Errorf("a signing key was generated in --cert-dir (stat: %v)", err)
 	}
+}
+
+func TestValidateServiceAccounts(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "sa.key")
+	if _, _, err := loadOrCreateSigningKey(key); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(dir, "other.key")
+	if _, _, err := loadOrCreateSigningKey(other); err != nil {
+		t.Fatal(err)
+	}
+	notPEM := filepath.Join(dir, "not.pem")
+	if err := os.WriteFile(notPEM, []byte("hello"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	runValidateCases(t, []validateCase{
+		{"a signing key", func(c *Config) { c.ServiceAccounts.SigningKeyFile = key }, ""},
+		{"rotation: the signing key among two verifying keys", func(c *Config) {
+			c.ServiceAccounts.SigningKeyFile, c.ServiceAccounts.KeyFiles = key, []string{other, key}
+		}, ""},
+		{"no verifying key for the signing key", func(c *Config) {
+			c.ServiceAccounts.SigningKeyFile, c.ServiceAccounts.KeyFiles = key, []string{other}
+		}, "--service-account-key-file: no key verifies the tokens --service-account-signing-key-file signs"},
+		{"verifying keys without a signing key", func(c *Config) { c.ServiceAccounts.KeyFiles = []string{key} }, "--service-account-key-file: only with --service-account-signing-key-file"},
+		{"a signing key file that is not PEM", func(c *Config) { c.ServiceAccounts.SigningKeyFile = notPEM }, "--service-account-signing-key-file:"},
+		{"a missing signing key file", func(c *Config) { c.ServiceAccounts.SigningKeyFile = filepath.Join(dir, "missing") }, "--service-account-signing-key-file:"},
+		{"an empty issuer", func(c *Config) { c.ServiceAccounts.Issuers = []string{""} }, "--service-account-issuer: an empty issuer"},
+		{"a max expiration below an hour", func(c *Config) { c.ServiceAccounts.MaxTokenExpiration = 30 * time.Minute }, "--service-account-max-token-expiration: 30m0s must be between 1h and 2^32 seconds"},
+		{"a max expiration of a day", func(c *Config) { c.ServiceAccounts.MaxTokenExpiration = 24 * time.Hour }, ""},
+	})
 }
