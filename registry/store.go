@@ -860,3 +860,16 @@ func (s *Store) decode(key string, stored etcdstore.Object) (Object, error) {
 
 // formatRevision is how an etcd revision reads as a resourceVersion.
 func formatRevision(rev int64) string { return strconv.FormatInt(rev, 10) }
+
+// Decode reads a value of this resource as stored at key (namespace/name,
+// or name; relative to the resource's keys), for a reader that watches
+// etcd itself (package rbac's view): decrypted and checked as every read.
+func (s *Store) Decode(key string, stored etcdstore.Object) (Object, error) {
+	return s.decode(s.Resource.storagePrefix()+"/"+key, stored)
+}
+
+// CurrentRevision is at least etcd's revision when it was called, from a
+// quorum read shared with the concurrent reads of every store of NewStores.
+func (s *Store) CurrentRevision(ctx context.Context) (int64, error) {
+	return s.revisions.read(ctx)
+}
