@@ -59,8 +59,11 @@ func installReviews(router *mux.Router, authn *filters.Authentication, authz fil
 		if authn == nil || user == nil {
 			review.Status = authorizationv1.SubjectAccessReviewStatus{Allowed: true, Reason: "the API is open: no authentication or authorization"}
 		} else {
-			allowed, reason := authz.Authorize(reviewAttributes(*user, &review.Spec))
-			review.Status = authorizationv1.SubjectAccessReviewStatus{Allowed: allowed, Reason: reason}
+			d, reason, err := authz.Authorize(r.Context(), reviewAttributes(*user, &review.Spec))
+			review.Status = authorizationv1.SubjectAccessReviewStatus{Allowed: d == filters.Allow, Denied: d == filters.Deny, Reason: reason}
+			if err != nil {
+				review.Status.EvaluationError = err.Error()
+			}
 		}
 		writeObject(w, r, http.StatusCreated, review)
 	})

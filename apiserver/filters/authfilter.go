@@ -61,8 +61,15 @@ func WithAuth(next http.Handler, authn *Authentication, authz Authorizer, writeE
 				errors.New("impersonation is not supported by this server")))
 			return
 		}
-		if allowed, reason := authz.Authorize(attrs); !allowed {
+		allowed, reason, err := Allowed(r.Context(), authz, attrs)
+		if !allowed {
 			requests.Refused(r, attrs)
+			if err != nil {
+				// kube answers 500 when an authorizer fails and none allows.
+				requests.Logger(r).Error("authorization failed", "err", err.Error())
+				writeError(w, r, apierrors.NewInternalError(err))
+				return
+			}
 			writeError(w, r, forbidden(attrs, reason))
 			return
 		}
