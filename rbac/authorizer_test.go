@@ -29,8 +29,12 @@ func clusterRoleBinding(name, roleName string, subjects ...rbacv1.Subject) *rbac
 		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: roleName}}
 }
 
-func user(name string) rbacv1.Subject  { return rbacv1.Subject{Kind: "User", APIGroup: rbacv1.GroupName, Name: name} }
-func group(name string) rbacv1.Subject { return rbacv1.Subject{Kind: "Group", APIGroup: rbacv1.GroupName, Name: name} }
+func user(name string) rbacv1.Subject {
+	return rbacv1.Subject{Kind: "User", APIGroup: rbacv1.GroupName, Name: name}
+}
+func group(name string) rbacv1.Subject {
+	return rbacv1.Subject{Kind: "Group", APIGroup: rbacv1.GroupName, Name: name}
+}
 
 // indexOf puts objects into an index as the view does.
 func indexOf(objs ...registry.Object) *index {
