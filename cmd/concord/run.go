@@ -168,6 +168,9 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 	collector := garbagecollector.New(catalog, garbagecollector.Config{}, log.With("controller", "garbage-collector"))
 	elect.run(ctx, "concord-garbage-collector", collector.Run)
 	elect.run(ctx, "concord-serviceaccounts", sacontroller.New(coreStore(catalog, registry.Namespaces), coreStore(catalog, registry.ServiceAccounts), log).Run)
+	if err := startAuthorization(ctx, sec, catalog, store, elect, cfg.EtcdDialTimeout, log); err != nil {
+		return err
+	}
 
 	tokenIssuer, tokenAuthn, err := saKeys.tokens(cfg.ServiceAccounts, catalog)
 	if err != nil {
