@@ -88,7 +88,12 @@ var kubeStorageVersionHashes = map[string]string{
 func wantResources(aggregated bool) map[string][]metav1.APIResource {
 	want := map[string][]metav1.APIResource{
 		"authentication.k8s.io/v1": {{Name: "selfsubjectreviews", SingularName: "selfsubjectreview", Kind: "SelfSubjectReview", Verbs: metav1.Verbs{"create"}}},
-		"authorization.k8s.io/v1":  {{Name: "selfsubjectaccessreviews", SingularName: "selfsubjectaccessreview", Kind: "SelfSubjectAccessReview", Verbs: metav1.Verbs{"create"}}},
+		"authorization.k8s.io/v1": {
+			{Name: "selfsubjectaccessreviews", SingularName: "selfsubjectaccessreview", Kind: "SelfSubjectAccessReview", Verbs: metav1.Verbs{"create"}},
+			{Name: "selfsubjectrulesreviews", SingularName: "selfsubjectrulesreview", Kind: "SelfSubjectRulesReview", Verbs: metav1.Verbs{"create"}},
+			{Name: "subjectaccessreviews", SingularName: "subjectaccessreview", Kind: "SubjectAccessReview", Verbs: metav1.Verbs{"create"}},
+			{Name: "localsubjectaccessreviews", SingularName: "localsubjectaccessreview", Namespaced: true, Kind: "LocalSubjectAccessReview", Verbs: metav1.Verbs{"create"}},
+		},
 	}
 	for _, res := range registry.Resources {
 		gv := res.GroupVersion.String()

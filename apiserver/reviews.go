@@ -6,6 +6,7 @@ import (
 	"github.com/gorilla/mux"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -38,8 +39,43 @@ var SelfSubjectReviews = &registry.Resource{
 	New:          func() registry.Object { return &authenticationv1.SelfSubjectReview{} },
 }
 
+// SelfSubjectRulesReviews is authorization.k8s.io/v1
+// selfsubjectrulesreviews: what the caller may do in a namespace (kubectl
+// auth can-i --list), from the authorizers that can list their rules.
+var SelfSubjectRulesReviews = &registry.Resource{
+	GroupVersion: authorizationv1.SchemeGroupVersion,
+	Kind:         "SelfSubjectRulesReview",
+	Plural:       "selfsubjectrulesreviews",
+	Singular:     "selfsubjectrulesreview",
+	CreateOnly:   true,
+	New:          func() registry.Object { return &authorizationv1.SelfSubjectRulesReview{} },
+}
+
+// SubjectAccessReviews is authorization.k8s.io/v1 subjectaccessreviews:
+// whether any user may do something (for admins, and for the webhook
+// authorizers of other systems); LocalSubjectAccessReviews the same within
+// the namespace of the request.
+var SubjectAccessReviews = &registry.Resource{
+	GroupVersion: authorizationv1.SchemeGroupVersion,
+	Kind:         "SubjectAccessReview",
+	Plural:       "subjectaccessreviews",
+	Singular:     "subjectaccessreview",
+	CreateOnly:   true,
+	New:          func() registry.Object { return &authorizationv1.SubjectAccessReview{} },
+}
+
+var LocalSubjectAccessReviews = &registry.Resource{
+	GroupVersion: authorizationv1.SchemeGroupVersion,
+	Kind:         "LocalSubjectAccessReview",
+	Plural:       "localsubjectaccessreviews",
+	Singular:     "localsubjectaccessreview",
+	Namespaced:   true,
+	CreateOnly:   true,
+	New:          func() registry.Object { return &authorizationv1.LocalSubjectAccessReview{} },
+}
+
 // reviewResources are the resources served without storage.
-var reviewResources = []*registry.Resource{SelfSubjectAccessReviews, SelfSubjectReviews}
+var reviewResources = []*registry.Resource{SelfSubjectAccessReviews, SelfSubjectRulesReviews, SubjectAccessReviews, LocalSubjectAccessReviews, SelfSubjectReviews}
 
 // installReviews serves POST
 // /apis/authorization.k8s.io/v1/selfsubjectaccessreviews and
@@ -67,6 +103,55 @@ func installReviews(router *mux.Router, authn *filters.Authentication, authz fil
 		}
 		writeObject(w, r, http.StatusCreated, review)
 	})
+	handleReview(router, SelfSubjectRulesReviews, func(w http.ResponseWriter, r *http.Request, obj runtime.Object) {
+		review := obj.(*authorizationv1.SelfSubjectRulesReview)
+		if review.Spec.Namespace == "" {
+			writeError(w, r, apierrors.NewBadRequest("no namespace on request"))
+			return
+		}
+		user := filters.UserOf(r.Context())
+		if authn == nil || user == nil {
+			review.Status = authorizationv1.SubjectRulesReviewStatus{Incomplete: true, EvaluationError: "the API is open: no authentication or authorization"}
+			writeObject(w, r, http.StatusCreated, review)
+			return
+		}
+		rules, incomplete, err := filters.RulesFor(r.Context(), authz, *user, review.Spec.Namespace)
+		review.Status = rulesReviewStatus(rules, incomplete)
+		if err != nil {
+			review.Status.EvaluationError = err.Error()
+		}
+		writeObject(w, r, http.StatusCreated, review)
+	})
+	handleReview(router, SubjectAccessReviews, func(w http.ResponseWriter, r *http.Request, obj runtime.Object) {
+		review := obj.(*authorizationv1.SubjectAccessReview)
+		if errs := validateSubjectAccessReviewSpec(&review.Spec, field.NewPath("spec")); len(errs) > 0 {
+			writeError(w, r, apierrors.NewInvalid(SubjectAccessReviews.GroupVersionKind().GroupKind(), "", errs))
+			return
+		}
+		review.Status = accessReviewStatus(r, authn, authz, &review.Spec)
+		writeObject(w, r, http.StatusCreated, review)
+	})
+	handleReview(router, LocalSubjectAccessReviews, func(w http.ResponseWriter, r *http.Request, obj runtime.Object) {
+		review := obj.(*authorizationv1.LocalSubjectAccessReview)
+		namespace := mux.Vars(r)["namespace"]
+		errs := validateSubjectAccessReviewSpec(&review.Spec, field.NewPath("spec"))
+		if review.Spec.NonResourceAttributes != nil {
+			errs = append(errs, field.Invalid(field.NewPath("spec", "nonResourceAttributes"), review.Spec.NonResourceAttributes, "disallowed on this kind of request"))
+		}
+		if ra := review.Spec.ResourceAttributes; ra != nil && ra.Namespace != review.Namespace {
+			errs = append(errs, field.Invalid(field.NewPath("spec", "resourceAttributes", "namespace"), ra.Namespace, "must match metadata.namespace"))
+		}
+		if len(errs) > 0 {
+			writeError(w, r, apierrors.NewInvalid(LocalSubjectAccessReviews.GroupVersionKind().GroupKind(), "", errs))
+			return
+		}
+		if namespace != review.Namespace {
+			writeError(w, r, apierrors.NewBadRequest("spec.resourceAttributes.namespace must match namespace: "+namespace))
+			return
+		}
+		review.Status = accessReviewStatus(r, authn, authz, &review.Spec)
+		writeObject(w, r, http.StatusCreated, review)
+	})
 	handleReview(router, SelfSubjectReviews, func(w http.ResponseWriter, r *http.Request, obj runtime.Object) {
 		review := obj.(*authenticationv1.SelfSubjectReview)
 		if user := filters.UserOf(r.Context()); user != nil {
@@ -84,8 +169,12 @@ func installReviews(router *mux.Router, authn *filters.Authentication, authz fil
 
 // handleReview serves POST of a review: the decoded body goes to answer.
 func handleReview(router *mux.Router, res *registry.Resource, answer func(w http.ResponseWriter, r *http.Request, obj runtime.Object)) {
-	router.Handle(groupVersionPath(res.GroupVersion)+"/"+res.Plural, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		describeResource(r, res, r.Method, "", "")
+	path := groupVersionPath(res.GroupVersion) + "/" + res.Plural
+	if res.Namespaced {
+		path = groupVersionPath(res.GroupVersion) + "/namespaces/{namespace}/" + res.Plural
+	}
+	router.Handle(path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		describeResource(r, res, r.Method, mux.Vars(r)["namespace"], "")
 		if r.Method != http.MethodPost {
 			writeError(w, r, apierrors.NewMethodNotSupported(res.GroupResource(), verb(r.Method)))
 			return
@@ -129,4 +218,57 @@ func validateSelfSubjectAccessReview(review *authorizationv1.SelfSubjectAccessRe
 		errs = append(errs, field.Required(spec.Child("resourceAttributes"), `exactly one of nonResourceAttributes or resourceAttributes must be specified`))
 	}
 	return errs
+}
+
+// accessReviewStatus answers a SubjectAccessReview's spec with the
+// authorizer, for the user it names.
+func accessReviewStatus(r *http.Request, authn *filters.Authentication, authz filters.Authorizer, spec *authorizationv1.SubjectAccessReviewSpec) authorizationv1.SubjectAccessReviewStatus {
+	if authn == nil {
+		return authorizationv1.SubjectAccessReviewStatus{Allowed: true, Reason: "the API is open: no authentication or authorization"}
+	}
+	user := filters.UserInfo{Name: spec.User, UID: spec.UID, Groups: spec.Groups}
+	for k, v := range spec.Extra {
+		if user.Extra == nil {
+			user.Extra = map[string][]string{}
+		}
+		user.Extra[k] = v
+	}
+	self := authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: spec.ResourceAttributes, NonResourceAttributes: spec.NonResourceAttributes}
+	d, reason, err := authz.Authorize(r.Context(), reviewAttributes(user, &self))
+	status := authorizationv1.SubjectAccessReviewStatus{Allowed: d == filters.Allow, Denied: d == filters.Deny, Reason: reason}
+	if err != nil {
+		status.EvaluationError = err.Error()
+	}
+	return status
+}
+
+// validateSubjectAccessReviewSpec is kube's.
+func validateSubjectAccessReviewSpec(spec *authorizationv1.SubjectAccessReviewSpec, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	ra, nra := spec.ResourceAttributes != nil, spec.NonResourceAttributes != nil
+	switch {
+	case ra && nra:
+		errs = append(errs, field.Invalid(p.Child("nonResourceAttributes"), spec.NonResourceAttributes, `cannot be specified in combination with resourceAttributes`))
+	case !ra && !nra:
+		errs = append(errs, field.Invalid(p.Child("resourceAttributes"), spec.NonResourceAttributes, `exactly one of nonResourceAttributes or resourceAttributes must be specified`))
+	}
+	if spec.User == "" && len(spec.Groups) == 0 {
+		errs = append(errs, field.Invalid(p.Child("user"), spec.User, `at least one of user or group must be specified`))
+	}
+	return errs
+}
+
+// rulesReviewStatus is kube's: resource rules and non-resource rules.
+func rulesReviewStatus(rules []rbacv1.PolicyRule, incomplete bool) authorizationv1.SubjectRulesReviewStatus {
+	status := authorizationv1.SubjectRulesReviewStatus{Incomplete: incomplete,
+		ResourceRules: []authorizationv1.ResourceRule{}, NonResourceRules: []authorizationv1.NonResourceRule{}}
+	for _, r := range rules {
+		if len(r.Resources) > 0 {
+			status.ResourceRules = append(status.ResourceRules, authorizationv1.ResourceRule{Verbs: r.Verbs, APIGroups: r.APIGroups, Resources: r.Resources, ResourceNames: r.ResourceNames})
+		}
+		if len(r.NonResourceURLs) > 0 {
+			status.NonResourceRules = append(status.NonResourceRules, authorizationv1.NonResourceRule{Verbs: r.Verbs, NonResourceURLs: r.NonResourceURLs})
+		}
+	}
+	return status
 }

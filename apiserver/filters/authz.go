@@ -261,7 +261,7 @@ func matches(list []string, v string) bool {
 // (its privileged group); every authenticated user may read discovery,
 // /version and the OpenAPI documents (system:discovery,
 // system:public-info-viewer), ask what it may do itself
-// (SelfSubjectAccessReview) and who it is (SelfSubjectReview;
+// (SelfSubjectAccessReview, SelfSubjectRulesReview) and who it is (SelfSubjectReview;
 // system:basic-user); anonymous users may read
 // /version; both may read the OpenID discovery documents of the service
 // account issuer (kube grants them to system:serviceaccounts only, with
@@ -272,7 +272,7 @@ var builtinRules = []PolicyRule{
 	{Groups: []string{MastersGroup}, Verbs: []string{"*"}, Resources: []string{"*"}, Namespaces: []string{"*"}},
 	{Groups: []string{MastersGroup}, Verbs: []string{"*"}, NonResourceURLs: []string{"*"}},
 	{Groups: []string{AuthenticatedGroup}, Verbs: []string{"get", "head"}, NonResourceURLs: []string{"/api", "/api/*", "/apis", "/apis/*", "/openapi", "/openapi/*", "/version", "/version/"}},
-	{Groups: []string{AuthenticatedGroup}, Verbs: []string{"create"}, APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"selfsubjectaccessreviews"}, Namespaces: []string{"*"}},
+	{Groups: []string{AuthenticatedGroup}, Verbs: []string{"create"}, APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"selfsubjectaccessreviews", "selfsubjectrulesreviews"}, Namespaces: []string{"*"}},
 	{Groups: []string{AuthenticatedGroup}, Verbs: []string{"create"}, APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"selfsubjectreviews"}, Namespaces: []string{"*"}},
 	{Groups: []string{UnauthenticatedGroup}, Verbs: []string{"get", "head"}, NonResourceURLs: []string{"/version", "/version/"}},
 	{Groups: []string{AuthenticatedGroup, UnauthenticatedGroup}, Verbs: []string{"get", "head"}, NonResourceURLs: []string{"/.well-known/openid-configuration", "/openid/v1/jwks"}},
