@@ -2,13 +2,10 @@ package filters
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net/http"
-	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // Requests is the server's record of each request. What the filter learns
@@ -53,13 +50,16 @@ func WithAuth(next http.Handler, authn *Authentication, authz Authorizer, writeE
 			return
 		}
 		attrs.User = *user
-		if impersonating(r) {
-			// Acting as the caller while the client believes it acts as
-			// someone else would be a silent surprise: refuse instead.
+		as, asked, err := impersonate(r.Context(), r, authz, *user)
+		if err != nil {
 			requests.Refused(r, attrs)
-			writeError(w, r, apierrors.NewForbidden(schema.GroupResource{Resource: "users"}, r.Header.Get("Impersonate-User"),
-				errors.New("impersonation is not supported by this server")))
+			writeError(w, r, err)
 			return
+		}
+		if asked {
+			// From here on the request is the impersonated user's; the
+			// audit line names both.
+			attrs.Impersonator, attrs.User, user = user, *as, as
 		}
 		allowed, reason, err := Allowed(r.Context(), authz, attrs)
 		if !allowed {
@@ -97,15 +97,4 @@ func UserOf(ctx context.Context) *UserInfo {
 func AuthorizerOf(ctx context.Context) Authorizer {
 	a, _ := ctx.Value(authorizerKey{}).(Authorizer)
 	return a
-}
-
-// impersonating reports whether the request asks to act as another user
-// (kubectl --as, --as-group, --as-uid).
-func impersonating(r *http.Request) bool {
-	for name := range r.Header {
-		if strings.HasPrefix(name, "Impersonate-") {
-			return true
-		}
-	}
-	return false
 }
