@@ -317,8 +317,8 @@ type subresourceDiscovery struct {
 }
 
 // subresourcesOf are the subresources res serves: status (a StatusStrategy)
-// and scale (an autoscaling/v1 Scale), each with get, patch and update, and
-// a ServiceAccount's token (create).
+// and scale (an autoscaling/v1 Scale), each with get, patch and update, a
+// ServiceAccount's token (create) and a Namespace's finalize (update).
 func subresourcesOf(res *registry.Resource) []subresourceDiscovery {
 	var out []subresourceDiscovery
 	verbs := []string{"get", "patch", "update"}
@@ -341,6 +341,13 @@ func subresourcesOf(res *registry.Resource) []subresourceDiscovery {
 	}
 	if hasTokenSubresource(res) {
 		out = append(out, tokenDiscovery)
+	}
+	if res.IsNamespace {
+		out = append(out, subresourceDiscovery{APISubresourceDiscovery: apidiscoveryv2.APISubresourceDiscovery{
+			Subresource:  "finalize",
+			ResponseKind: &metav1.GroupVersionKind{Group: res.GroupVersion.Group, Version: res.GroupVersion.Version, Kind: res.Kind},
+			Verbs:        []string{"update"},
+		}})
 	}
 	return out
 }

@@ -126,6 +126,14 @@ func wantResources(aggregated bool) map[string][]metav1.APIResource {
 			}
 			want[gv] = append(want[gv], token)
 		}
+		if res == registry.Namespaces {
+			// kube's finalize subresource, update only.
+			finalize := metav1.APIResource{Name: "namespaces/finalize", Kind: "Namespace", Verbs: metav1.Verbs{"update"}}
+			if aggregated {
+				finalize.SingularName = res.Singular
+			}
+			want[gv] = append(want[gv], finalize)
+		}
 	}
 	return want
 }
@@ -309,6 +317,13 @@ func TestDiscoveryAggregatedNegotiation(t *testing.T) {
 				Subresource:  "token",
 				ResponseKind: &metav1.GroupVersionKind{Group: "authentication.k8s.io", Version: "v1", Kind: "TokenRequest"},
 				Verbs:        []string{"create"},
+			}}
+		}
+		if res == registry.Namespaces {
+			want.Subresources = []apidiscoveryv2.APISubresourceDiscovery{{
+				Subresource:  "finalize",
+				ResponseKind: &metav1.GroupVersionKind{Group: "", Version: "v1", Kind: "Namespace"},
+				Verbs:        []string{"update"},
 			}}
 		}
 		if diff := cmp.Diff(want, got[res.Plural], cmpopts.EquateEmpty()); diff != "" {

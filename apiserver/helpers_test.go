@@ -24,6 +24,7 @@ import (
 	"github.com/concord-dev/concord/crdstatus"
 	"github.com/concord-dev/concord/etcdstore"
 	"github.com/concord-dev/concord/etcdstore/etcdtest"
+	"github.com/concord-dev/concord/namespacecontroller"
 	"github.com/concord-dev/concord/registry"
 )
 
@@ -81,6 +82,9 @@ type serverOptions struct {
 	// catalog serves the established CRDs' custom resources), crdstatus
 	// (names and conditions) and crdcleanup (a deleted CRD's objects).
 	crds bool
+	// namespaces runs the namespace controller (a deleted namespace's
+	// content deleted, then the namespace), as run.go does.
+	namespaces bool
 }
 
 // startServerWithOptions starts a server as run does: the etcd endpoint
@@ -124,6 +128,9 @@ func startServerWithOptions(t testing.TB, opts serverOptions) *testServer {
 	catalog := registry.NewCatalog(stores)
 	if opts.crds {
 		runCRDControllers(t, catalog, storage, opts)
+	}
+	if opts.namespaces {
+		runNamespaceController(t, catalog, opts)
 	}
 	handler := apiserver.New(apiserver.Config{
 		Catalog:            catalog,
@@ -182,6 +189,27 @@ func runCRDControllers(t testing.TB, catalog *registry.Catalog, storage registry
 	t.Cleanup(func() {
 		cancel()
 		wg.Wait()
+	})
+}
+
+// runNamespaceController runs the namespace controller over the catalog
+// until the test ends.
+func runNamespaceController(t testing.TB, catalog *registry.Catalog, opts serverOptions) {
+	t.Helper()
+	namespaces, ok := catalog.Lookup("", "v1", registry.Namespaces.Plural)
+	if !ok {
+		t.Fatal("the catalog serves no Namespaces")
+	}
+	log := slog.New(slog.NewJSONHandler(opts.logOut, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		namespacecontroller.New(namespaces, catalog, log).Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
 	})
 }
 

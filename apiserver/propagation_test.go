@@ -189,7 +189,9 @@ func TestOwnerReferencesValidated(t *testing.T) {
 		{"no name", []map[string]any{ref(func(r map[string]any) { delete(r, "name") })}, 422, "metadata.ownerReferences[0].name: FieldValueRequired"},
 		{"two controllers", []map[string]any{
 			ref(func(r map[string]any) { r["controller"] = yes }),
-			ref(func(r map[string]any) { r["controller"], r["uid"], r["name"] = yes, "0c1d3c5e-7b52-4d4e-8e0b-5c2f1c0f9a22", "other" }),
+			ref(func(r map[string]any) {
+				r["controller"], r["uid"], r["name"] = yes, "0c1d3c5e-7b52-4d4e-8e0b-5c2f1c0f9a22", "other"
+			}),
 		}, 422, "metadata.ownerReferences: FieldValueInvalid"},
 		{"an Event as owner", []map[string]any{ref(func(r map[string]any) { r["kind"] = "Event" })}, 422, "metadata.ownerReferences[0]: FieldValueInvalid"},
 	}

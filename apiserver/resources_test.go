@@ -3,6 +3,7 @@ package apiserver_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"testing"
 	"time"
@@ -17,7 +18,7 @@ import (
 )
 
 func TestNamespaceLifecycle(t *testing.T) {
-	s := startServer(t)
+	s := startServerWithOptions(t, serverOptions{namespaces: true})
 	_, list := s.list(t, "/api/v1/namespaces", nil)
 	var names []string
 	for _, ns := range list.Items {
@@ -58,10 +59,19 @@ func TestNamespaceLifecycle(t *testing.T) {
 	if resp := s.do(t, http.MethodDelete, "/api/v1/namespaces/default", nil); resp.Code != http.StatusForbidden {
 		t.Errorf("DELETE namespace default: %d; want 403", resp.Code)
 	}
+	// As kube answers it: the namespace, marked; the namespace controller
+	// deletes its content, then it.
 	resp = s.do(t, http.MethodDelete, "/api/v1/namespaces/team", nil)
-	if st := resp.status(t); resp.Code != http.StatusOK || st.Status != metav1.StatusSuccess || st.Details.UID != team.UID {
-		t.Fatalf("DELETE namespace team: %d %+v", resp.Code, st)
+	var marked corev1.Namespace
+	resp.decode(t, &marked)
+	if resp.Code != http.StatusOK || marked.UID != team.UID || marked.DeletionTimestamp == nil || marked.Status.Phase != corev1.NamespaceTerminating ||
+		len(marked.Spec.Finalizers) != 1 || marked.Spec.Finalizers[0] != corev1.FinalizerKubernetes {
+		t.Fatalf("DELETE namespace team: %d %s", resp.Code, resp.Body)
 	}
+	eventually(t, "namespace team gone", func() (bool, string) {
+		resp := s.do(t, http.MethodGet, "/api/v1/namespaces/team", nil)
+		return resp.Code == http.StatusNotFound, string(resp.Body)
+	})
 	for key := range s.storedKeys(t, "/registry/") {
 		for _, gone := range []string{"/registry/namespaces/team", "/registry/configmaps/team/", "/registry/secrets/team/", "/registry/leases/team/"} {
 			if len(key) >= len(gone) && key[:len(gone)] == gone {
@@ -75,8 +85,9 @@ func TestNamespaceLifecycle(t *testing.T) {
 }
 
 // TestTerminatingNamespaceRefusesContent: a namespace whose deletion has
-// begun (left Terminating, as after an interrupted DELETE) takes no new
-// objects, and a new DELETE finishes the job.
+// begun (left Terminating, as by a replica that stopped) takes no new
+// objects; a DELETE answers it, and the namespace controller, started
+// later, finishes the job.
 func TestTerminatingNamespaceRefusesContent(t *testing.T) {
 	s := startServer(t)
 	s.namespace(t, "leaving")
@@ -101,11 +112,78 @@ func TestTerminatingNamespaceRefusesContent(t *testing.T) {
 	if st := resp.status(t); resp.Code != http.StatusForbidden || st.Message != `configmaps "new" is forbidden: unable to create new content in namespace leaving because it is being terminated` {
 		t.Errorf("create in a terminating namespace: %d %q; want 403", resp.Code, st.Message)
 	}
-	if resp := s.do(t, http.MethodDelete, "/api/v1/namespaces/leaving", nil); resp.Code != http.StatusOK {
-		t.Fatalf("DELETE resumes: %d %s", resp.Code, resp.Body)
+	resp = s.do(t, http.MethodDelete, "/api/v1/namespaces/leaving", nil)
+	var again corev1.Namespace
+	resp.decode(t, &again)
+	if resp.Code != http.StatusOK || again.Status.Phase != corev1.NamespaceTerminating {
+		t.Fatalf("DELETE of the terminating namespace: %d %s", resp.Code, resp.Body)
 	}
+	runNamespaceController(t, s.Catalog, serverOptions{logOut: io.Discard})
+	eventually(t, "namespace leaving gone", func() (bool, string) {
+		resp := s.do(t, http.MethodGet, "/api/v1/namespaces/leaving", nil)
+		return resp.Code == http.StatusNotFound, string(resp.Body)
+	})
 	if keys := s.storedKeys(t, "/registry/configmaps/leaving/"); len(keys) != 0 {
 		t.Errorf("objects left: %v", keys)
+	}
+}
+
+// TestNamespaceFinalize: PUT /api/v1/namespaces/{name}/finalize replaces
+// spec.finalizers as kube's finalize subresource does (the status kept),
+// conditionally; it is update only, and a namespace being deleted that it
+// leaves without finalizers is deleted.
+func TestNamespaceFinalize(t *testing.T) {
+	s := startServer(t)
+	s.namespace(t, "fin")
+	const path = "/api/v1/namespaces/fin/finalize"
+	get := func() corev1.Namespace {
+		t.Helper()
+		var ns corev1.Namespace
+		resp := s.do(t, http.MethodGet, "/api/v1/namespaces/fin", nil)
+		resp.decode(t, &ns)
+		return ns
+	}
+	for _, tc := range []struct {
+		name, method string
+		body         func() any
+		code         int
+	}{
+		{"GET", http.MethodGet, func() any { return nil }, http.StatusMethodNotAllowed},
+		{"PATCH", http.MethodPatch, func() any { return `{}` }, http.StatusMethodNotAllowed},
+		{"without a resourceVersion", http.MethodPut, func() any {
+			ns := get()
+			ns.ResourceVersion = ""
+			return ns
+		}, http.StatusPreconditionRequired},
+		{"a finalizer without a domain", http.MethodPut, func() any {
+			ns := get()
+			ns.Spec.Finalizers = []corev1.FinalizerName{"mine"}
+			return ns
+		}, http.StatusUnprocessableEntity},
+	} {
+		if resp := s.do(t, tc.method, path, tc.body()); resp.Code != tc.code {
+			t.Errorf("%s: %d %s; want %d", tc.name, resp.Code, resp.Body, tc.code)
+		}
+	}
+	ns := get()
+	ns.Spec.Finalizers = []corev1.FinalizerName{"example.com/mine"}
+	ns.Status.Phase = corev1.NamespaceTerminating // not finalize's to change
+	resp := s.do(t, http.MethodPut, path, ns)
+	var got corev1.Namespace
+	resp.decode(t, &got)
+	if resp.Code != http.StatusOK || len(got.Spec.Finalizers) != 1 || got.Spec.Finalizers[0] != "example.com/mine" || got.Status.Phase != corev1.NamespaceActive {
+		t.Fatalf("finalize: %d %s", resp.Code, resp.Body)
+	}
+	if resp := s.do(t, http.MethodDelete, "/api/v1/namespaces/fin", nil); resp.Code != http.StatusOK {
+		t.Fatalf("DELETE: %d %s", resp.Code, resp.Body)
+	}
+	ns = get()
+	ns.Spec.Finalizers = nil
+	if resp := s.do(t, http.MethodPut, path, ns); resp.Code != http.StatusOK {
+		t.Fatalf("finalize the terminating namespace: %d %s", resp.Code, resp.Body)
+	}
+	if resp := s.do(t, http.MethodGet, "/api/v1/namespaces/fin", nil); resp.Code != http.StatusNotFound {
+		t.Errorf("GET after the last finalizer was removed: %d; want 404", resp.Code)
 	}
 }
 

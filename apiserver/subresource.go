@@ -15,7 +15,7 @@ import (
 // has subresources.status, CustomResourceDefinitions), and of
 // .../{name}/scale for a custom resource whose version declares
 // subresources.scale (scale.go); POST of a ServiceAccount's .../{name}/token
-// (token.go).
+// (token.go); PUT of a Namespace's /namespaces/{name}/finalize.
 
 // routesSubresource reports whether a path to subresource of an object of
 // res is a resource path (routeResource): one res has, or any of a custom
@@ -26,7 +26,8 @@ func routesSubresource(res *registry.Resource, subresource string, watch bool) b
 	if isCustom(res) {
 		return true
 	}
-	return !watch && ((subresource == "status" && res.StatusStrategy != nil) || (subresource == "token" && hasTokenSubresource(res)))
+	return !watch && ((subresource == "status" && res.StatusStrategy != nil) || (subresource == "token" && hasTokenSubresource(res)) ||
+		(subresource == "finalize" && res.IsNamespace))
 }
 
 // subresource answers a request to a subresource of the object h names.
@@ -35,7 +36,8 @@ func (h *resourceHandler) subresource(w http.ResponseWriter, r *http.Request, su
 	res := h.store.Resource
 	scale, hasScale := res.Scale()
 	served := (subresource == "status" && res.StatusStrategy != nil) || (subresource == "scale" && hasScale) ||
-		(subresource == "token" && hasTokenSubresource(res) && h.tokens != nil)
+		(subresource == "token" && hasTokenSubresource(res) && h.tokens != nil) ||
+		(subresource == "finalize" && res.IsNamespace)
 	verb := r.Method
 	if watch {
 		verb = "WATCH"
@@ -67,6 +69,10 @@ func (h *resourceHandler) subresource(w http.ResponseWriter, r *http.Request, su
 		h.methodNotAllowed(w, r, subresourceVerb(r.Method))
 	case subresource == "token":
 		h.token(w, r)
+	case subresource == "finalize" && r.Method != http.MethodPut:
+		h.methodNotAllowed(w, r, subresourceVerb(r.Method))
+	case subresource == "finalize":
+		h.finalize(w, r)
 	case r.Method != http.MethodGet && r.Method != http.MethodPut && r.Method != http.MethodPatch:
 		h.methodNotAllowed(w, r, subresourceVerb(r.Method))
 	case subresource == "scale":
@@ -124,4 +130,27 @@ func (h *resourceHandler) status(w http.ResponseWriter, r *http.Request) {
 			return obj, false, err
 		})
 	}
+}
+
+// finalize serves PUT /namespaces/{name}/finalize: the namespace's
+// spec.finalizers replaced (Store.Finalize: conditional, the status kept),
+// as the namespace controller and "kubectl replace --raw" write them.
+func (h *resourceHandler) finalize(w http.ResponseWriter, r *http.Request) {
+	conds, err := writeOptions(r, "UpdateOptions")
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	obj, err := h.decode(w, r, &conds)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	updated, err := h.store.Finalize(r.Context(), h.name, obj, conds)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	w.Header().Set("ETag", etag(updated.GetResourceVersion()))
+	h.writeWritten(w, r, http.StatusOK, updated, conds.DryRun)
 }

@@ -539,6 +539,25 @@ func TestKubectlWorkflow(t *testing.T) {
 		if out := k.fail(t, "get", "namespace", "team"); !strings.Contains(out, `namespaces "team" not found`) {
 			t.Errorf("kubectl get namespace team after delete: %q; want NotFound", out)
 		}
+
+		// An object whose finalizer stays keeps its namespace Terminating
+		// (the rest of the content gone) until the finalizer is removed.
+		k.run(t, "create", "namespace", "held")
+		k.run(t, "-n", "held", "create", "configmap", "free", "--from-literal=k=v")
+		k.run(t, "-n", "held", "create", "configmap", "held", "--from-literal=k=v")
+		k.run(t, "-n", "held", "patch", "configmap", "held", "--type=merge", "-p", `{"metadata":{"finalizers":["example.com/hold"]}}`)
+		if out := k.run(t, "delete", "namespace", "held", "--wait=false"); out != "namespace \"held\" deleted\n" {
+			t.Errorf("kubectl delete namespace held --wait=false printed %q", out)
+		}
+		k.waitGone(t, "configmap free of the terminating namespace held", "/api/v1/namespaces/held/configmaps/free")
+		if phase := k.run(t, "get", "namespace", "held", "-o", "jsonpath={.status.phase}"); phase != "Terminating" {
+			t.Errorf("namespace held while a finalizer holds its content: phase %q; want Terminating", phase)
+		}
+		if out := k.fail(t, "-n", "held", "create", "configmap", "late"); !strings.Contains(out, "because it is being terminated") {
+			t.Errorf("kubectl create in the terminating namespace held: %q; want Forbidden", out)
+		}
+		k.run(t, "-n", "held", "patch", "configmap", "held", "--type=merge", "-p", `{"metadata":{"finalizers":null}}`)
+		k.run(t, "wait", "--for=delete", "namespace/held", "--timeout=20s")
 	})
 
 	step("10-strict-validation", func(t *testing.T) {

@@ -2,8 +2,8 @@ package garbagecollector
 
 import (
 	"bytes"
-	"encoding/json"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"

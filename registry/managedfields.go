@@ -38,7 +38,7 @@ const ServerFieldManager = "kube-apiserver"
 // subresource written, as kube-apiserver has one per REST storage. The
 // scale subresource's merges autoscaling/v1 Scales (scale_managedfields.go).
 type fieldManagers struct {
-	main, status, scale *managedfields.FieldManager
+	main, status, scale, finalize *managedfields.FieldManager
 }
 
 // mergeTypes are what a resource's field managers merge and convert
@@ -88,6 +88,11 @@ func newFieldManagers(res *Resource) (*fieldManagers, error) {
 			return nil, err
 		}
 	}
+	if res.IsNamespace {
+		if m.finalize, err = build("finalize", []string{"status"}); err != nil {
+			return nil, err
+		}
+	}
 	if _, ok := res.Scale(); ok {
 		// kube's: typed by the CRD's models, which hold the Scale.
 		if m.scale, err = managedfields.NewDefaultCRDFieldManager(t.converter, builtInConvertor{Scheme}, Scheme, Scheme, scaleGVK, scaleGVK.GroupVersion(), "scale", nil); err != nil {
@@ -110,7 +115,7 @@ func resetFilter(gv schema.GroupVersion, reset []string) map[fieldpath.APIVersio
 }
 
 // fieldManager is the field manager of a write with opts: the status
-// subresource's, or the resource's.
+// subresource's, a Namespace's finalize one, or the resource's.
 func (s *Store) fieldManager(opts WriteOptions) (*managedfields.FieldManager, error) {
 	m, err := s.fields()
 	if err != nil {
@@ -118,6 +123,9 @@ func (s *Store) fieldManager(opts WriteOptions) (*managedfields.FieldManager, er
 	}
 	if opts.status {
 		return m.status, nil
+	}
+	if opts.finalize {
+		return m.finalize, nil
 	}
 	return m.main, nil
 }

@@ -1,6 +1,9 @@
 package registry
 
 import (
+	"slices"
+	"strings"
+
 	corev1 "k8s.io/api/core/v1"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -9,7 +12,8 @@ import (
 )
 
 // Namespaces are core/v1 Namespaces (cluster-scoped). Objects can only be
-// created in an active namespace; deleting a namespace deletes what is in it.
+// created in an active namespace; deleting a namespace marks it, and the
+// namespace controller deletes what is in it (namespacelife.go).
 var Namespaces = &Resource{
 	GroupVersion:   corev1.SchemeGroupVersion,
 	Kind:           "Namespace",
@@ -70,3 +74,36 @@ func (namespaceStrategy) DefaultRequest(obj, _ Object) {
 
 func (namespaceStrategy) Validate(Object) field.ErrorList               { return nil }
 func (namespaceStrategy) ValidateUpdate(Object, Object) field.ErrorList { return nil }
+
+// namespaceFinalizeStrategy is kube's for namespaces/{name}/finalize: the
+// write takes spec.finalizers and metadata from the request and keeps the
+// status.
+type namespaceFinalizeStrategy struct{}
+
+var _ UpdateStrategy = namespaceFinalizeStrategy{}
+
+func (namespaceFinalizeStrategy) PrepareForUpdate(obj, old Object) {
+	obj.(*corev1.Namespace).Status = old.(*corev1.Namespace).Status
+}
+
+// ValidateUpdate checks each spec finalizer as kube does: a standard name
+// or a qualified one with a domain.
+func (namespaceFinalizeStrategy) ValidateUpdate(obj, _ Object) field.ErrorList {
+	var errs field.ErrorList
+	path := field.NewPath("spec", "finalizers")
+	for i, f := range obj.(*corev1.Namespace).Spec.Finalizers {
+		errs = append(errs, validateFinalizerName(string(f), path.Index(i))...)
+	}
+	return errs
+}
+
+// validateFinalizerName is kube's core validateFinalizerName: a name
+// without a domain must be one of kube's standard finalizers.
+func validateFinalizerName(name string, path *field.Path) field.ErrorList {
+	errs := apivalidation.ValidateFinalizerName(name, path)
+	standard := []string{string(corev1.FinalizerKubernetes), metav1.FinalizerOrphanDependents, metav1.FinalizerDeleteDependents}
+	if !strings.Contains(name, "/") && !slices.Contains(standard, name) {
+		errs = append(errs, field.Invalid(path, name, "name is neither a standard finalizer name nor is it fully qualified"))
+	}
+	return errs
+}

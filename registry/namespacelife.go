@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/concord-dev/concord/etcdstore"
 )
@@ -89,90 +89,109 @@ func EnsureSystemNamespaces(ctx context.Context, stores []*Store) error {
 	return nil
 }
 
-// deleteNamespace marks the namespace Terminating (new content is refused
-// from then on), deletes every object in it, then deletes the namespace. A
-// DELETE that is interrupted leaves it Terminating; the next DELETE resumes.
+// deleteNamespace is kube's namespace Delete: the first DELETE marks the
+// namespace (deletionTimestamp, phase Terminating, the GC finalizers the
+// options ask for) in one guarded write and answers it; new content is
+// refused from then on, and the namespace controller deletes what is in it,
+// then removes the "kubernetes" finalizer (Finalize). Until then a DELETE
+// answers the namespace as it is; one that finds it finalized deletes it as
+// any object, its metadata finalizers deciding.
 func (s *Store) deleteNamespace(ctx context.Context, name string, opts *metav1.DeleteOptions, conds WriteOptions) (runtime.Object, error) {
 	gr := s.Resource.GroupResource()
 	if slices.Contains([]string{metav1.NamespaceDefault, metav1.NamespaceSystem, metav1.NamespacePublic}, name) {
 		return nil, apierrors.NewForbidden(gr, name, errors.New("this namespace may not be deleted"))
 	}
-	var uid string
-	var rev int64
-	for attempt := 0; ; attempt++ {
-		if attempt == maxWriteAttempts {
-			return nil, apierrors.NewConflict(gr, name, errors.New(OptimisticLockErrorMsg))
-		}
-		stored, err := s.storage.Get(ctx, s.ref("", name), 0)
+	for attempt := range maxWriteAttempts {
+		// As in Delete: a remembered state may only end in a confirmed
+		// write or an unknown outcome; any other is decided again from etcd.
+		stored, shared, remembered, err := s.readForWrite(ctx, "", name, attempt == 0 && !conds.DryRun)
 		if err != nil {
 			return nil, toStatus(err, gr, name)
 		}
-		obj, err := s.decode(s.keyOf("", name), stored)
-		if err != nil {
-			return nil, err
+		var out runtime.Object
+		var wrote bool
+		if ns := shared.(*corev1.Namespace); ns.DeletionTimestamp != nil && len(ns.Spec.Finalizers) == 0 {
+			out, wrote, err = s.deleteFrom(ctx, "", name, opts, conds, stored, shared)
+		} else {
+			out, wrote, err = s.markNamespace(ctx, name, opts, conds, stored, shared)
 		}
-		if err := s.checkDelete(stored, obj, opts, conds); err != nil {
-			return nil, err
-		}
-		ns := obj.(*corev1.Namespace)
-		uid = string(ns.UID)
-		if conds.DryRun {
-			break // answered as the deletion would be, having done nothing
-		}
-		if ns.Status.Phase == corev1.NamespaceTerminating {
-			rev = stored.Revision
-			break
-		}
-		now := metav1.NewTime(time.Now().Truncate(time.Second))
-		ns.DeletionTimestamp = &now
-		ns.Status.Phase = corev1.NamespaceTerminating
-		value, err := s.encode(s.keyOf("", name), ns)
-		if err != nil {
-			return nil, err
-		}
-		rev, err = s.storage.Update(ctx, s.ref("", name), value, stored.Revision)
-		if errors.Is(err, etcdstore.ErrConflict) {
+		if errors.Is(err, errRaced) || (remembered && !wrote && !isOutcomeUnknown(err)) {
 			continue
 		}
-		if err != nil {
-			return nil, toStatus(err, gr, name)
-		}
-		break
+		return out, err
 	}
-	if !conds.DryRun {
-		var contents []*Store
-		if s.contents != nil {
-			contents = s.contents()
-		}
-		for _, content := range contents {
-			if err := content.deleteAll(ctx, name); err != nil {
-				return nil, err
-			}
-		}
-		if _, err := s.storage.Delete(ctx, s.ref("", name), rev); err != nil {
-			return nil, toStatus(err, gr, name)
-		}
-	}
-	return &metav1.Status{Status: metav1.StatusSuccess, Details: &metav1.StatusDetails{Name: name, Kind: gr.Resource, UID: types.UID(uid)}}, nil
+	return nil, apierrors.NewConflict(gr, name, errors.New(OptimisticLockErrorMsg))
 }
 
-// deleteAll deletes every object of this resource in namespace, reading
-// again until none is left (bounded).
-func (s *Store) deleteAll(ctx context.Context, namespace string) error {
-	for range maxWriteAttempts {
-		res, err := s.storage.List(ctx, s.Resource.storagePrefix(), namespace, etcdstore.ListOptions{})
-		if err != nil {
-			return toStatus(err, s.Resource.GroupResource(), "")
-		}
-		if len(res.Objects) == 0 {
-			return nil
-		}
-		for _, o := range res.Objects {
-			_, err := s.storage.Delete(ctx, s.ref(namespace, o.Key), o.Revision)
-			if err != nil && !errors.Is(err, etcdstore.ErrConflict) && !errors.Is(err, etcdstore.ErrNotFound) {
-				return toStatus(err, s.Resource.GroupResource(), "")
-			}
-		}
+// markNamespace starts the deletion of a namespace that still has spec
+// finalizers, with a transaction guarded by stored's revision, and answers
+// the namespace; one marked already is answered as it is.
+func (s *Store) markNamespace(ctx context.Context, name string, opts *metav1.DeleteOptions, conds WriteOptions, stored etcdstore.Object, shared Object) (_ runtime.Object, wrote bool, _ error) {
+	if err := s.checkDelete(stored, shared, opts, conds); err != nil {
+		return nil, false, err
 	}
-	return apierrors.NewConflict(s.Resource.GroupResource(), "", fmt.Errorf("objects in namespace %s kept changing while it was being deleted; delete it again", namespace))
+	ns := copyObject(shared).(*corev1.Namespace)
+	if ns.DeletionTimestamp != nil {
+		return ns, false, nil
+	}
+	now := metav1.NewTime(time.Now().Truncate(time.Second))
+	ns.DeletionTimestamp = &now
+	ns.Status.Phase = corev1.NamespaceTerminating
+	if changed, finalizers := gcFinalizers(ns, opts); changed {
+		ns.Finalizers = finalizers
+	}
+	if conds.DryRun {
+		return ns, false, nil // what the marking would store
+	}
+	value, err := s.encode(s.keyOf("", name), ns)
+	if err != nil {
+		return nil, false, err
+	}
+	rev, err := s.storage.Update(ctx, s.ref("", name), value, stored.Revision)
+	if err != nil {
+		return nil, false, s.writeError(err, name)
+	}
+	ns.SetResourceVersion(formatRevision(rev))
+	s.recent.putWritten(s.recentKey("", name), etcdstore.Object{Value: value, Revision: rev}, copyObject(ns), true)
+	return ns, true, nil
+}
+
+// finalized reports whether nothing holds obj once it is being deleted:
+// no metadata finalizers and, for a Namespace, no spec finalizers (kube's
+// ShouldDeleteNamespaceDuringUpdate).
+func finalized(obj Object) bool {
+	if ns, ok := obj.(*corev1.Namespace); ok && len(ns.Spec.Finalizers) > 0 {
+		return false
+	}
+	return len(obj.GetFinalizers()) == 0
+}
+
+// Finalize replaces the spec.finalizers and metadata of the Namespace name
+// with obj's, its status kept: kube's namespaces/{name}/finalize, which
+// the namespace controller writes once a namespace's content is gone. As
+// UpdateStatus it is conditional (obj's resourceVersion: 409 when stale;
+// conds.IfMatch: 412; neither: 428) and never creates; a write that leaves
+// a namespace being deleted with no finalizer deletes it. Other resources
+// answer 405.
+func (s *Store) Finalize(ctx context.Context, name string, obj Object, conds WriteOptions) (Object, error) {
+	if !s.Resource.IsNamespace {
+		return nil, apierrors.NewMethodNotSupported(s.Resource.GroupResource(), "finalize")
+	}
+	if obj.GetName() != name {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("the name of the object (%s) does not match the name on the URL (%s)", obj.GetName(), name))
+	}
+	if err := s.checkNamespace("", obj); err != nil {
+		return nil, err
+	}
+	if v := obj.GetResourceVersion(); v != "" {
+		if rev, err := strconv.ParseInt(v, 10, 64); err != nil || rev <= 0 {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("invalid resourceVersion %q: send the value read from the server unchanged", v))
+		}
+	} else if conds.IfMatch == nil && !conds.CreateOnly {
+		return nil, s.versionRequired(obj, nil)
+	}
+	conds.Decoded = true
+	conds.finalize = true
+	out, _, err := s.replace(ctx, "", name, conds, func(Object) (Object, error) { return obj, nil })
+	return out, err
 }

@@ -82,7 +82,8 @@ type Resource struct {
 	// (GetJSON, ListJSON, WrittenJSON).
 	ReadStored func(Object) (Object, error)
 	// IsNamespace marks the Namespace resource: objects may only be created
-	// in an active namespace, and deleting one deletes its contents.
+	// in an active namespace, and deleting one only marks it until its
+	// spec.finalizers are removed (namespacelife.go).
 	IsNamespace bool
 	// CreateOnly marks a resource that is not stored, only created and
 	// answered at once (SelfSubjectAccessReview): its only verb is create.

@@ -96,8 +96,12 @@ func (s *Store) checkStatus() error {
 }
 
 // updateStrategy is the strategy a replace or patch is prepared and
-// checked with: the status subresource's for a status write.
+// checked with: the status subresource's for a status write, kube's
+// finalize strategy for a Namespace's finalize.
 func (s *Store) updateStrategy(opts WriteOptions) UpdateStrategy {
+	if opts.finalize {
+		return namespaceFinalizeStrategy{}
+	}
 	if opts.status {
 		return s.Resource.StatusStrategy
 	}

@@ -77,10 +77,6 @@ type Store struct {
 	recent *recent
 	// namespaces is the Namespace store, whose objects guard creates.
 	namespaces *Store
-	// contents returns the namespaced stores, for the Namespace store: what
-	// deleting a namespace deletes. It is read at every deletion, so that
-	// it follows a Catalog as stores come and go; nil: none.
-	contents func() []*Store
 	// corruptions reports the stored values that cannot be read (corrupt.go).
 	corruptions corruptReports
 	// unconditional says which replaces may come without a version, and
@@ -125,26 +121,8 @@ func NewStores(storage Storage, cfg WatchConfig, opts ...StoreOption) []*Store {
 				s.namespaces = namespaces
 			}
 		}
-		// A Catalog of these stores replaces this with its own, which
-		// follows the stores it adds and removes.
-		contents := namespaceContents(stores)
-		namespaces.contents = func() []*Store { return contents }
 	}
 	return stores
-}
-
-// namespaceContents are the stores of stores that hold objects in
-// namespaces: what deleting a namespace deletes. A resource served in
-// another version of stored objects (Resource.Storage) holds none of its
-// own.
-func namespaceContents(stores []*Store) []*Store {
-	var contents []*Store
-	for _, s := range stores {
-		if s.Resource.Namespaced && s.Resource.Storage == nil {
-			contents = append(contents, s)
-		}
-	}
-	return contents
 }
 
 // Ref is the storage reference of the object name in namespace (ignored
@@ -351,6 +329,9 @@ type WriteOptions struct {
 	// status: the write replaces the status only (UpdateStatus,
 	// PatchStatus), prepared and checked with the StatusStrategy.
 	status bool
+	// finalize: the write replaces a Namespace's spec.finalizers and
+	// metadata (Finalize), prepared with kube's finalize strategy.
+	finalize bool
 	// applied: server-side apply merged the object and its managedFields
 	// (apply.go); they are not tracked again.
 	applied bool
@@ -448,9 +429,9 @@ func (s *Store) replace(ctx context.Context, namespace, name string, opts WriteO
 		// again from etcd — except a write etcd may have applied, whose
 		// re-read could find its own result.
 		stored, old, remembered, err := s.readForWrite(ctx, namespace, name, attempt == 0 && !opts.CreateOnly && !opts.DryRun)
-		// A status write never creates the object (UpdateStatus); an apply
-		// does (Apply).
-		if errors.Is(err, etcdstore.ErrNotFound) && (opts.CreateOnly || opts.applied) && !opts.status {
+		// A status or finalize write never creates the object (UpdateStatus,
+		// Finalize); an apply does (Apply).
+		if errors.Is(err, etcdstore.ErrNotFound) && (opts.CreateOnly || opts.applied) && !opts.status && !opts.finalize {
 			obj, err := build(nil)
 			if err != nil {
 				return nil, false, err
@@ -526,7 +507,7 @@ func (s *Store) replaceFrom(ctx context.Context, namespace, name string, opts Wr
 		return next, false, nil
 	}
 	key := s.recentKey(namespace, name)
-	if next.GetDeletionTimestamp() != nil && len(next.GetFinalizers()) == 0 {
+	if next.GetDeletionTimestamp() != nil && finalized(next) {
 		// The last finalizer is gone from an object being deleted: it is
 		// deleted now, in the same guarded transaction.
 		delRev, err := s.storage.Delete(ctx, s.ref(namespace, name), stored.Revision)

@@ -27,8 +27,9 @@ import (
 	"github.com/concord-dev/concord/crdcleanup"
 	"github.com/concord-dev/concord/crdserving"
 	"github.com/concord-dev/concord/crdstatus"
-	"github.com/concord-dev/concord/garbagecollector"
 	"github.com/concord-dev/concord/etcdstore"
+	"github.com/concord-dev/concord/garbagecollector"
+	"github.com/concord-dev/concord/namespacecontroller"
 	"github.com/concord-dev/concord/registry"
 	"github.com/concord-dev/concord/sacontroller"
 )
@@ -168,6 +169,7 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 	collector := garbagecollector.New(catalog, garbagecollector.Config{}, log.With("controller", "garbage-collector"))
 	elect.run(ctx, "concord-garbage-collector", collector.Run)
 	elect.run(ctx, "concord-serviceaccounts", sacontroller.New(coreStore(catalog, registry.Namespaces), coreStore(catalog, registry.ServiceAccounts), log).Run)
+	elect.run(ctx, "concord-namespaces", namespacecontroller.New(coreStore(catalog, registry.Namespaces), catalog, log.With("controller", "namespace")).Run)
 	if err := startAuthorization(ctx, sec, catalog, store, elect, cfg.EtcdDialTimeout, log); err != nil {
 		return err
 	}
