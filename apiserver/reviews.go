@@ -7,7 +7,9 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -124,7 +126,8 @@ func installReviews(router *mux.Router, authn *filters.Authentication, authz fil
 	})
 	handleReview(router, SubjectAccessReviews, func(w http.ResponseWriter, r *http.Request, obj runtime.Object) {
 		review := obj.(*authorizationv1.SubjectAccessReview)
-		if errs := validateSubjectAccessReviewSpec(&review.Spec, field.NewPath("spec")); len(errs) > 0 {
+		errs := validateSubjectAccessReviewSpec(&review.Spec, field.NewPath("spec"))
+		if errs = append(errs, validateReviewMeta(review.ObjectMeta, "must be empty")...); len(errs) > 0 {
 			writeError(w, r, apierrors.NewInvalid(SubjectAccessReviews.GroupVersionKind().GroupKind(), "", errs))
 			return
 		}
@@ -133,8 +136,8 @@ func installReviews(router *mux.Router, authn *filters.Authentication, authz fil
 	})
 	handleReview(router, LocalSubjectAccessReviews, func(w http.ResponseWriter, r *http.Request, obj runtime.Object) {
 		review := obj.(*authorizationv1.LocalSubjectAccessReview)
-		namespace := mux.Vars(r)["namespace"]
 		errs := validateSubjectAccessReviewSpec(&review.Spec, field.NewPath("spec"))
+		errs = append(errs, validateReviewMeta(review.ObjectMeta, "must be empty except for namespace")...)
 		if review.Spec.NonResourceAttributes != nil {
 			errs = append(errs, field.Invalid(field.NewPath("spec", "nonResourceAttributes"), review.Spec.NonResourceAttributes, "disallowed on this kind of request"))
 		}
@@ -143,10 +146,6 @@ func installReviews(router *mux.Router, authn *filters.Authentication, authz fil
 		}
 		if len(errs) > 0 {
 			writeError(w, r, apierrors.NewInvalid(LocalSubjectAccessReviews.GroupVersionKind().GroupKind(), "", errs))
-			return
-		}
-		if namespace != review.Namespace {
-			writeError(w, r, apierrors.NewBadRequest("spec.resourceAttributes.namespace must match namespace: "+namespace))
 			return
 		}
 		review.Status = accessReviewStatus(r, authn, authz, &review.Spec)
@@ -188,8 +187,42 @@ func handleReview(router *mux.Router, res *registry.Resource, answer func(w http
 			writeError(w, r, err)
 			return
 		}
+		if err := reviewNamespace(obj.(registry.Object), mux.Vars(r)["namespace"]); err != nil {
+			writeError(w, r, err)
+			return
+		}
 		answer(w, r, obj)
 	}))
+}
+
+// reviewNamespace is kube's create handler on a review's metadata: the
+// system fields wiped, the namespace the URL's (filled in when empty, a
+// 400 when another; cleared on a cluster-scoped review).
+func reviewNamespace(obj registry.Object, namespace string) error {
+	obj.SetCreationTimestamp(metav1.Time{})
+	obj.SetUID("")
+	obj.SetDeletionTimestamp(nil)
+	obj.SetDeletionGracePeriodSeconds(nil)
+	obj.SetSelfLink("")
+	switch ns := obj.GetNamespace(); {
+	case ns == namespace:
+	case ns == "", namespace == "":
+		obj.SetNamespace(namespace)
+	default:
+		return apierrors.NewBadRequest("the namespace of the provided object does not match the namespace sent on the request")
+	}
+	return nil
+}
+
+// validateReviewMeta is kube's: a review's metadata holds nothing (but
+// the namespace of a LocalSubjectAccessReview, checked before).
+func validateReviewMeta(m metav1.ObjectMeta, msg string) field.ErrorList {
+	c := m
+	c.Namespace, c.ManagedFields = "", nil
+	if !apiequality.Semantic.DeepEqual(metav1.ObjectMeta{}, c) {
+		return field.ErrorList{field.Invalid(field.NewPath("metadata"), m, msg)}
+	}
+	return nil
 }
 
 // reviewAttributes are the attributes a review asks about, for user.
@@ -206,18 +239,19 @@ func reviewAttributes(user filters.UserInfo, spec *authorizationv1.SelfSubjectAc
 }
 
 // validateSelfSubjectAccessReview is kube-apiserver's: exactly one of
-// resourceAttributes and nonResourceAttributes.
+// resourceAttributes and nonResourceAttributes, and no metadata.
 func validateSelfSubjectAccessReview(review *authorizationv1.SelfSubjectAccessReview) field.ErrorList {
-	var errs field.ErrorList
-	spec := field.NewPath("spec")
-	ra, nra := review.Spec.ResourceAttributes != nil, review.Spec.NonResourceAttributes != nil
-	switch {
-	case ra && nra:
-		errs = append(errs, field.Invalid(spec.Child("nonResourceAttributes"), review.Spec.NonResourceAttributes, `cannot be specified in combination with resourceAttributes`))
-	case !ra && !nra:
-		errs = append(errs, field.Required(spec.Child("resourceAttributes"), `exactly one of nonResourceAttributes or resourceAttributes must be specified`))
+	errs := validateAttributesUnion(review.Spec.ResourceAttributes, review.Spec.NonResourceAttributes, field.NewPath("spec"))
+	return append(errs, validateReviewMeta(review.ObjectMeta, "must be empty")...)
+}
+
+// validateAttributesUnion is kube 1.37's (a union: its errors are the
+// spec's, the value the non-resource attributes).
+func validateAttributesUnion(ra *authorizationv1.ResourceAttributes, nra *authorizationv1.NonResourceAttributes, p *field.Path) field.ErrorList {
+	if (ra == nil) == (nra == nil) {
+		return field.ErrorList{field.Invalid(p, nra, `exactly one of nonResourceAttributes or resourceAttributes must be specified`)}
 	}
-	return errs
+	return nil
 }
 
 // accessReviewStatus answers a SubjectAccessReview's spec with the
@@ -244,14 +278,7 @@ func accessReviewStatus(r *http.Request, authn *filters.Authentication, authz fi
 
 // validateSubjectAccessReviewSpec is kube's.
 func validateSubjectAccessReviewSpec(spec *authorizationv1.SubjectAccessReviewSpec, p *field.Path) field.ErrorList {
-	var errs field.ErrorList
-	ra, nra := spec.ResourceAttributes != nil, spec.NonResourceAttributes != nil
-	switch {
-	case ra && nra:
-		errs = append(errs, field.Invalid(p.Child("nonResourceAttributes"), spec.NonResourceAttributes, `cannot be specified in combination with resourceAttributes`))
-	case !ra && !nra:
-		errs = append(errs, field.Invalid(p.Child("resourceAttributes"), spec.NonResourceAttributes, `exactly one of nonResourceAttributes or resourceAttributes must be specified`))
-	}
+	errs := validateAttributesUnion(spec.ResourceAttributes, spec.NonResourceAttributes, p)
 	if spec.User == "" && len(spec.Groups) == 0 {
 		errs = append(errs, field.Invalid(p.Child("user"), spec.User, `at least one of user or group must be specified`))
 	}
