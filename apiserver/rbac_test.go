@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -363,4 +364,160 @@ func mustJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestEscalationPrevention: kube's policy-based RBAC storage over HTTP. A
+// Role or ClusterRole may grant only what its writer holds through RBAC
+// (in the role's namespace; a ClusterRole bound there counts) unless the
+// writer may escalate; a binding may bind only a role whose rules the
+// writer holds unless it may bind that role (by name). A refusal is 403
+// with kube's message, and stores nothing.
+func TestEscalationPrevention(t *testing.T) {
+	s := startRBACServer(t)
+	for _, o := range []struct{ path, body string }{
+		{rbacPath + "/clusterroles", `{"metadata":{"name":"rbac-writer"},"rules":[{"apiGroups":["rbac.authorization.k8s.io"],"resources":["roles","clusterroles","rolebindings","clusterrolebindings"],"verbs":["create","update","get"]}]}`},
+		{rbacPath + "/clusterrolebindings", `{"metadata":{"name":"alice-writes-rbac"},"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"ClusterRole","name":"rbac-writer"},"subjects":[{"kind":"User","name":"alice"}]}`},
+		{rbacPath + "/clusterroles", `{"metadata":{"name":"cm-reader"},"rules":[{"apiGroups":[""],"resources":["configmaps"],"verbs":["get","list"]}]}`},
+		{rbacPath + "/namespaces/team/rolebindings", `{"metadata":{"name":"alice-reads"},"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"ClusterRole","name":"cm-reader"},"subjects":[{"kind":"User","name":"alice"}]}`},
+		{rbacPath + "/clusterroles", `{"metadata":{"name":"secret-reader"},"rules":[{"apiGroups":[""],"resources":["secrets"],"verbs":["get"]}]}`},
+		{rbacPath + "/clusterroles", `{"metadata":{"name":"pod-deleter"},"rules":[{"apiGroups":[""],"resources":["pods"],"verbs":["delete"]}]}`},
+	} {
+		s.mustCreate(t, o.path, o.body)
+	}
+	const notHeld = `user "alice" (groups=["team-a" "system:authenticated"]) is attempting to grant RBAC permissions not currently held:` + "\n"
+	const secretsGet = `{APIGroups:[""], Resources:["secrets"], Verbs:["get"]}`
+	role := func(name, rules string) string { return `{"metadata":{"name":"` + name + `"},"rules":` + rules + `}` }
+	binding := func(name, kind, ref string) string {
+		return `{"metadata":{"name":"` + name + `"},"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"` + kind + `","name":"` + ref + `"},"subjects":[{"kind":"User","name":"bob"}]}`
+	}
+	type step struct {
+		name, method, path, body string
+		code                     int
+		msg                      string // of a refusal
+	}
+	run := func(steps []step) {
+		t.Helper()
+		for _, st := range steps {
+			if st.method == http.MethodPut { // a replace says which version it replaces
+				st.body = withResourceVersion(t, st.body, s.do(t, "admin-token", http.MethodGet, st.path, ""))
+			}
+			resp := s.do(t, "alice-token", st.method, st.path, st.body)
+			if st.msg == "" {
+				if resp.Code != st.code {
+					t.Errorf("%s: %d %s; want %d", st.name, resp.Code, resp.Body, st.code)
+				}
+				continue
+			}
+			reason := metav1.StatusReasonForbidden
+			if st.code == http.StatusNotFound {
+				reason = metav1.StatusReasonNotFound
+			}
+			wantStatus(t, st.name, resp, st.code, reason, st.msg)
+			if st.method == http.MethodPost {
+				var meta struct {
+					Metadata metav1.ObjectMeta `json:"metadata"`
+				}
+				if err := json.Unmarshal([]byte(st.body), &meta); err != nil {
+					t.Fatal(err)
+				}
+				// <prefix>/rbac.authorization.k8s.io/<plural>/[<namespace>/]<name>
+				key := "/rbac.authorization.k8s.io" + strings.TrimPrefix(st.path, rbacPath) + "/" + meta.Metadata.Name
+				if parts := strings.Split(key, "/"); len(parts) == 6 { // namespaced: [ "" group namespaces ns plural name ]
+					key = strings.Join([]string{"", parts[1], parts[4], parts[3], parts[5]}, "/")
+				}
+				if slices.Contains(s.storedKeys(t, key), "/registry"+key) {
+					t.Errorf("%s: %s stored; want nothing stored", st.name, key)
+				}
+			}
+		}
+	}
+	run([]step{
+		{"a Role of rules held through a ClusterRole bound in its namespace", http.MethodPost, rbacPath + "/namespaces/team/roles",
+			role("cm", `[{"apiGroups":[""],"resources":["configmaps"],"verbs":["get"]}]`), http.StatusCreated, ""},
+		{"a Role of rules not held", http.MethodPost, rbacPath + "/namespaces/team/roles",
+			role("secrets", `[{"apiGroups":[""],"resources":["secrets"],"verbs":["get"]}]`), http.StatusForbidden,
+			`roles.rbac.authorization.k8s.io "secrets" is forbidden: ` + notHeld + secretsGet},
+		{"the missing rules compacted, one a line, sorted", http.MethodPost, rbacPath + "/namespaces/team/roles",
+			role("many", `[{"apiGroups":[""],"resources":["secrets"],"verbs":["get","list"]},{"apiGroups":[""],"resources":["configmaps","pods"],"verbs":["get","create"]}]`), http.StatusForbidden,
+			`roles.rbac.authorization.k8s.io "many" is forbidden: ` + notHeld +
+				`{APIGroups:[""], Resources:["configmaps"], Verbs:["create"]}` + "\n" +
+				`{APIGroups:[""], Resources:["pods"], Verbs:["get" "create"]}` + "\n" +
+				`{APIGroups:[""], Resources:["secrets"], Verbs:["get" "list"]}`},
+		{"held in team, not in other", http.MethodPost, rbacPath + "/namespaces/other/roles",
+			role("cm", `[{"apiGroups":[""],"resources":["configmaps"],"verbs":["get"]}]`), http.StatusForbidden,
+			`roles.rbac.authorization.k8s.io "cm" is forbidden: ` + notHeld + `{APIGroups:[""], Resources:["configmaps"], Verbs:["get"]}`},
+		{"held in a namespace, not cluster-wide", http.MethodPost, rbacPath + "/clusterroles",
+			role("cm", `[{"apiGroups":[""],"resources":["configmaps"],"verbs":["get"]}]`), http.StatusForbidden,
+			`clusterroles.rbac.authorization.k8s.io "cm" is forbidden: ` + notHeld + `{APIGroups:[""], Resources:["configmaps"], Verbs:["get"]}`},
+		{"an update that adds a rule not held", http.MethodPut, rbacPath + "/namespaces/team/roles/cm",
+			role("cm", `[{"apiGroups":[""],"resources":["configmaps"],"verbs":["get","delete"]}]`), http.StatusForbidden,
+			`roles.rbac.authorization.k8s.io "cm" is forbidden: ` + notHeld + `{APIGroups:[""], Resources:["configmaps"], Verbs:["delete"]}`},
+		{"a RoleBinding to a ClusterRole whose rules are held there", http.MethodPost, rbacPath + "/namespaces/team/rolebindings",
+			binding("bob-cm", "ClusterRole", "cm-reader"), http.StatusCreated, ""},
+		{"a RoleBinding to a Role whose rules are held", http.MethodPost, rbacPath + "/namespaces/team/rolebindings",
+			binding("bob-role", "Role", "cm"), http.StatusCreated, ""},
+		{"a RoleBinding to a ClusterRole not held", http.MethodPost, rbacPath + "/namespaces/team/rolebindings",
+			binding("bob-secrets", "ClusterRole", "secret-reader"), http.StatusForbidden,
+			`rolebindings.rbac.authorization.k8s.io "bob-secrets" is forbidden: ` + notHeld + secretsGet},
+		{"a ClusterRoleBinding to a ClusterRole held in a namespace only", http.MethodPost, rbacPath + "/clusterrolebindings",
+			binding("bob-cm", "ClusterRole", "cm-reader"), http.StatusForbidden,
+			`clusterrolebindings.rbac.authorization.k8s.io "bob-cm" is forbidden: ` + notHeld + `{APIGroups:[""], Resources:["configmaps"], Verbs:["get" "list"]}`},
+		{"a binding to a missing role", http.MethodPost, rbacPath + "/namespaces/team/rolebindings",
+			binding("bob-gone", "ClusterRole", "gone"), http.StatusNotFound, `clusterroles.rbac.authorization.k8s.io "gone" not found`},
+	})
+	var cm struct {
+		Rules []struct{ Verbs []string } `json:"rules"`
+	}
+	s.do(t, "admin-token", http.MethodGet, rbacPath+"/namespaces/team/roles/cm", "").decode(t, &cm)
+	if len(cm.Rules) != 1 || strings.Join(cm.Rules[0].Verbs, ",") != "get" {
+		t.Errorf("Role cm after the refused update: %+v; want its rule unchanged (get)", cm.Rules)
+	}
+
+	// bind on the ClusterRole secret-reader by name, in team.
+	s.mustCreate(t, rbacPath+"/namespaces/team/roles", `{"metadata":{"name":"binder"},"rules":[{"apiGroups":["rbac.authorization.k8s.io"],"resources":["clusterroles"],"resourceNames":["secret-reader"],"verbs":["bind"]}]}`)
+	s.mustCreate(t, rbacPath+"/namespaces/team/rolebindings", `{"metadata":{"name":"alice-binds"},"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"Role","name":"binder"},"subjects":[{"kind":"User","name":"alice"}]}`)
+	run([]step{
+		{"bind allowed for that role there", http.MethodPost, rbacPath + "/namespaces/team/rolebindings",
+			binding("bob-secrets", "ClusterRole", "secret-reader"), http.StatusCreated, ""},
+		{"bind is for team only", http.MethodPost, rbacPath + "/namespaces/other/rolebindings",
+			binding("bob-secrets", "ClusterRole", "secret-reader"), http.StatusForbidden,
+			`rolebindings.rbac.authorization.k8s.io "bob-secrets" is forbidden: ` + notHeld + secretsGet},
+		{"bind names one role", http.MethodPost, rbacPath + "/namespaces/team/rolebindings",
+			binding("bob-pods", "ClusterRole", "pod-deleter"), http.StatusForbidden,
+			`rolebindings.rbac.authorization.k8s.io "bob-pods" is forbidden: ` + notHeld + `{APIGroups:[""], Resources:["pods"], Verbs:["delete"]}`},
+		{"bind is no grant of the role's rules", http.MethodPost, rbacPath + "/namespaces/team/roles",
+			role("secrets", `[{"apiGroups":[""],"resources":["secrets"],"verbs":["get"]}]`), http.StatusForbidden,
+			`roles.rbac.authorization.k8s.io "secrets" is forbidden: ` + notHeld + secretsGet},
+	})
+
+	// escalate on roles, in team.
+	s.mustCreate(t, rbacPath+"/namespaces/team/roles", `{"metadata":{"name":"escalator"},"rules":[{"apiGroups":["rbac.authorization.k8s.io"],"resources":["roles"],"verbs":["escalate"]}]}`)
+	s.mustCreate(t, rbacPath+"/namespaces/team/rolebindings", `{"metadata":{"name":"alice-escalates"},"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"Role","name":"escalator"},"subjects":[{"kind":"User","name":"alice"}]}`)
+	run([]step{
+		{"escalate allows a Role of any rules", http.MethodPost, rbacPath + "/namespaces/team/roles",
+			role("secrets", `[{"apiGroups":[""],"resources":["secrets"],"verbs":["get","delete"]}]`), http.StatusCreated, ""},
+		{"and an update", http.MethodPut, rbacPath + "/namespaces/team/roles/cm",
+			role("cm", `[{"apiGroups":["*"],"resources":["*"],"verbs":["*"]}]`), http.StatusOK, ""},
+		{"escalate on roles is not on clusterroles", http.MethodPost, rbacPath + "/clusterroles",
+			role("secrets", `[{"apiGroups":[""],"resources":["secrets"],"verbs":["get"]}]`), http.StatusForbidden,
+			`clusterroles.rbac.authorization.k8s.io "secrets" is forbidden: ` + notHeld + secretsGet},
+		{"escalate is no bind", http.MethodPost, rbacPath + "/namespaces/team/rolebindings",
+			binding("bob-escalated", "Role", "secrets"), http.StatusForbidden,
+			`rolebindings.rbac.authorization.k8s.io "bob-escalated" is forbidden: ` + notHeld + `{APIGroups:[""], Resources:["secrets"], Verbs:["get" "delete"]}`},
+	})
+}
+
+// withResourceVersion is body with the resourceVersion of the object read.
+func withResourceVersion(t *testing.T, body string, read response) string {
+	t.Helper()
+	var cur struct {
+		Metadata metav1.ObjectMeta `json:"metadata"`
+	}
+	read.decode(t, &cur)
+	var obj map[string]any
+	if err := json.Unmarshal([]byte(body), &obj); err != nil {
+		t.Fatal(err)
+	}
+	obj["metadata"].(map[string]any)["resourceVersion"] = cur.Metadata.ResourceVersion
+	return mustJSON(t, obj)
 }
