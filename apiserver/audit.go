@@ -20,6 +20,11 @@ type auditEvent struct {
 	AuditID string   `json:"auditID"`
 	User    string   `json:"user"`
 	Groups  []string `json:"groups"`
+	// ImpersonatedUser and ImpersonatedGroups are whom a request with
+	// Impersonate-* headers acted as (User and Groups sent it), as kube's
+	// audit events.
+	ImpersonatedUser   string   `json:"impersonatedUser"`
+	ImpersonatedGroups []string `json:"impersonatedGroups"`
 	// SourceIP is the client's address as the server saw it (a load
 	// balancer's, behind one).
 	SourceIP string `json:"sourceIP"`
@@ -59,14 +64,15 @@ func (l *auditLog) record(r requestSummary, auditID string, info *requestInfo, c
 		return
 	}
 	ev := auditEvent{
-		Time:     start.UTC(),
-		AuditID:  auditID,
-		Groups:   []string{},
-		SourceIP: remoteIP(r.remoteAddr),
-		Verb:     r.method,
-		URI:      r.url.RequestURI(),
-		Code:     code,
-		Latency:  took.Round(time.Microsecond).String(),
+		Time:               start.UTC(),
+		AuditID:            auditID,
+		Groups:             []string{},
+		ImpersonatedGroups: []string{},
+		SourceIP:           remoteIP(r.remoteAddr),
+		Verb:               r.method,
+		URI:                r.url.RequestURI(),
+		Code:               code,
+		Latency:            took.Round(time.Microsecond).String(),
 	}
 	if a := info.attrs; a != nil {
 		ev.Verb, ev.APIGroup, ev.Resource, ev.Namespace, ev.Name = a.Verb, a.APIGroup, a.Resource, a.Namespace, a.Name
@@ -75,6 +81,10 @@ func (l *auditLog) record(r requestSummary, auditID string, info *requestInfo, c
 		}
 		ev.User = a.User.Name
 		ev.Groups = append(ev.Groups, a.User.Groups...)
+		if a.Impersonator != nil {
+			ev.User, ev.Groups = a.Impersonator.Name, append(ev.Groups[:0], a.Impersonator.Groups...)
+			ev.ImpersonatedUser, ev.ImpersonatedGroups = a.User.Name, append(ev.ImpersonatedGroups, a.User.Groups...)
+		}
 	}
 	var line bytes.Buffer
 	enc := json.NewEncoder(&line) // one line, with its newline

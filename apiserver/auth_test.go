@@ -243,16 +243,51 @@ func TestAuthBearerTokens(t *testing.T) {
 	}
 }
 
-// TestImpersonationIsRefused: kubectl --as sends Impersonate-* headers;
-// acting as the caller instead would be a silent surprise.
-func TestImpersonationIsRefused(t *testing.T) {
+// TestImpersonation: kubectl --as sends Impersonate-* headers; each thing
+// asked for needs the verb impersonate (kube's messages), and the request
+// then runs as the impersonated user, which the audit line records next to
+// the sender.
+func TestImpersonation(t *testing.T) {
 	s := startAuthServer(t, false)
-	for _, header := range []string{"Impersonate-User", "Impersonate-Group", "Impersonate-Uid"} {
-		resp := s.doWith(t, s.client(nil), http.MethodGet, "/api/v1/namespaces/team/configmaps", "",
-			"Authorization", "Bearer alice-token", header, "bob")
-		if st := resp.status(t); resp.Code != http.StatusForbidden || st.Reason != metav1.StatusReasonForbidden || !strings.HasSuffix(st.Message, "is forbidden: impersonation is not supported by this server") {
-			t.Errorf("%s: %d %s %q; want 403 Forbidden, impersonation is not supported", header, resp.Code, st.Reason, st.Message)
+	for _, tc := range []struct {
+		name   string
+		header []string
+		msg    string
+	}{
+		{"a user", []string{"Impersonate-User", "root"}, `users "root" is forbidden: User "alice" cannot impersonate resource "users" in API group "" at the cluster scope`},
+		{"a service account", []string{"Impersonate-User", "system:serviceaccount:team:app"}, `serviceaccounts "app" is forbidden: User "alice" cannot impersonate resource "serviceaccounts" in API group "" in the namespace "team"`},
+		{"a group without a user", []string{"Impersonate-Group", "system:masters"}, `requested impersonation of groups ["system:masters"], extras or a uid without impersonating a user`},
+	} {
+		resp := s.doWith(t, s.client(nil), http.MethodGet, "/api/v1/namespaces/team/configmaps", "", append([]string{"Authorization", "Bearer alice-token"}, tc.header...)...)
+		code := http.StatusForbidden
+		if tc.name == "a group without a user" {
+			code = http.StatusInternalServerError
 		}
+		if st := resp.status(t); resp.Code != code || !strings.Contains(st.Message, tc.msg) {
+			t.Errorf("alice impersonating %s: %d %q; want %d %q", tc.name, resp.Code, st.Message, code, tc.msg)
+		}
+	}
+	// system:masters may impersonate: as alice, root reads what alice may.
+	resp := s.doWith(t, s.client(nil), http.MethodGet, "/api/v1/namespaces/team/configmaps", "", "Authorization", "Bearer admin-token", "Impersonate-User", "alice", "Impersonate-Group", "team-a")
+	if resp.Code != http.StatusOK {
+		t.Fatalf("root as alice, list in team: %d %s", resp.Code, resp.Body)
+	}
+	wantStatus(t, "root as alice in other", s.doWith(t, s.client(nil), http.MethodGet, "/api/v1/namespaces/other/configmaps", "", "Authorization", "Bearer admin-token", "Impersonate-User", "alice"),
+		http.StatusForbidden, metav1.StatusReasonForbidden, `configmaps is forbidden: User "alice" cannot list resource "configmaps" in API group "" in the namespace "other"`)
+	resp = s.doWith(t, s.client(nil), http.MethodPost, "/apis/authentication.k8s.io/v1/selfsubjectreviews", `{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}`,
+		"Authorization", "Bearer admin-token", "Impersonate-User", "system:serviceaccount:team:app", "Impersonate-Extra-Scopes%2Fa", "x")
+	if resp.Code != http.StatusCreated || !strings.Contains(string(resp.Body), `"username":"system:serviceaccount:team:app"`) ||
+		!strings.Contains(string(resp.Body), `"groups":["system:serviceaccounts","system:serviceaccounts:team","system:authenticated"]`) || !strings.Contains(string(resp.Body), `"scopes/a":["x"]`) {
+		t.Fatalf("whoami as the service account: %d %s", resp.Code, resp.Body)
+	}
+	var found bool
+	for _, line := range strings.Split(strings.TrimSpace(s.audit.String()), "\n") {
+		if strings.Contains(line, `"uri":"/api/v1/namespaces/team/configmaps"`) && strings.Contains(line, `"impersonatedUser":"alice"`) {
+			found = strings.Contains(line, `"user":"root"`) && strings.Contains(line, `"impersonatedGroups":["team-a","system:authenticated"]`) && strings.Contains(line, `"code":200`)
+		}
+	}
+	if !found {
+		t.Errorf("no audit line of root as alice (user root, impersonatedUser alice, 200):\n%s", s.audit.String())
 	}
 }
 

@@ -94,7 +94,7 @@ func checkUnsafeDelete(r *http.Request, opts *metav1.DeleteOptions, collection b
 	}
 	a := *attrs
 	a.Verb = filters.UnsafeDeleteVerb
-	if allowed, reason := authz.Authorize(a); !allowed {
+	if allowed, reason, _ := filters.Allowed(r.Context(), authz, a); !allowed {
 		return apierrors.NewForbidden(schema.GroupResource{Group: a.APIGroup, Resource: a.Resource}, a.Name,
 			fmt.Errorf("not permitted to do %q, reason: %s", filters.UnsafeDeleteVerb, reason))
 	}

@@ -72,6 +72,10 @@ var kubeStorageVersionHashes = map[string]string{
 	"coordination.k8s.io/v1/leases": "gqkMMb/YqFM=",
 	"events.k8s.io/v1/events":       "r2yiGXH7wu8=",
 	"apiextensions.k8s.io/v1/customresourcedefinitions": "M5uH+AlWATY=",
+	"rbac.authorization.k8s.io/v1/clusterrolebindings":  "48tpQ8gZHFc=",
+	"rbac.authorization.k8s.io/v1/clusterroles":         "bYE5ZWDrJ44=",
+	"rbac.authorization.k8s.io/v1/rolebindings":         "eGsCzGH6b1g=",
+	"rbac.authorization.k8s.io/v1/roles":                "7FuwZcIIItM=",
 }
 
 // wantResources is what discovery must say of every declared resource,
@@ -84,7 +88,12 @@ var kubeStorageVersionHashes = map[string]string{
 func wantResources(aggregated bool) map[string][]metav1.APIResource {
 	want := map[string][]metav1.APIResource{
 		"authentication.k8s.io/v1": {{Name: "selfsubjectreviews", SingularName: "selfsubjectreview", Kind: "SelfSubjectReview", Verbs: metav1.Verbs{"create"}}},
-		"authorization.k8s.io/v1":  {{Name: "selfsubjectaccessreviews", SingularName: "selfsubjectaccessreview", Kind: "SelfSubjectAccessReview", Verbs: metav1.Verbs{"create"}}},
+		"authorization.k8s.io/v1": {
+			{Name: "selfsubjectaccessreviews", SingularName: "selfsubjectaccessreview", Kind: "SelfSubjectAccessReview", Verbs: metav1.Verbs{"create"}},
+			{Name: "selfsubjectrulesreviews", SingularName: "selfsubjectrulesreview", Kind: "SelfSubjectRulesReview", Verbs: metav1.Verbs{"create"}},
+			{Name: "subjectaccessreviews", SingularName: "subjectaccessreview", Kind: "SubjectAccessReview", Verbs: metav1.Verbs{"create"}},
+			{Name: "localsubjectaccessreviews", SingularName: "localsubjectaccessreview", Namespaced: true, Kind: "LocalSubjectAccessReview", Verbs: metav1.Verbs{"create"}},
+		},
 	}
 	for _, res := range registry.Resources {
 		gv := res.GroupVersion.String()
@@ -175,7 +184,7 @@ func TestDiscoveryClientAggregated(t *testing.T) {
 	for _, g := range groups {
 		names = append(names, g.Name+"/"+g.PreferredVersion.Version)
 	}
-	if diff := cmp.Diff([]string{"/v1", "apiextensions.k8s.io/v1", "authentication.k8s.io/v1", "authorization.k8s.io/v1", "coordination.k8s.io/v1", "events.k8s.io/v1"}, names); diff != "" {
+	if diff := cmp.Diff([]string{"/v1", "apiextensions.k8s.io/v1", "authentication.k8s.io/v1", "authorization.k8s.io/v1", "coordination.k8s.io/v1", "events.k8s.io/v1", "rbac.authorization.k8s.io/v1"}, names); diff != "" {
 		t.Errorf("groups (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff(wantResources(true), gotResources(lists), sortResources, cmpopts.EquateEmpty()); diff != "" {
@@ -241,8 +250,8 @@ func TestDiscoveryClientLegacy(t *testing.T) {
 	for _, g := range groups.Groups {
 		groupNames = append(groupNames, g.Name)
 	}
-	if groups.Kind != "APIGroupList" || !cmp.Equal(groupNames, []string{"apiextensions.k8s.io", "authentication.k8s.io", "authorization.k8s.io", "coordination.k8s.io", "events.k8s.io"}) {
-		t.Errorf("GET /apis (application/json): %+v; want APIGroupList with apiextensions.k8s.io, authentication.k8s.io, authorization.k8s.io, coordination.k8s.io and events.k8s.io", groups)
+	if groups.Kind != "APIGroupList" || !cmp.Equal(groupNames, []string{"apiextensions.k8s.io", "authentication.k8s.io", "authorization.k8s.io", "coordination.k8s.io", "events.k8s.io", "rbac.authorization.k8s.io"}) {
+		t.Errorf("GET /apis (application/json): %+v; want APIGroupList with apiextensions.k8s.io, authentication.k8s.io, authorization.k8s.io, coordination.k8s.io, events.k8s.io and rbac.authorization.k8s.io", groups)
 	}
 }
 
@@ -330,8 +339,8 @@ func TestDiscoveryAggregatedNegotiation(t *testing.T) {
 		groupNames = append(groupNames, g.Name)
 	}
 	sort.Strings(groupNames)
-	if !cmp.Equal(groupNames, []string{"apiextensions.k8s.io", "authentication.k8s.io", "authorization.k8s.io", "coordination.k8s.io", "events.k8s.io"}) {
-		t.Errorf("/apis aggregated groups %v; want [apiextensions.k8s.io authentication.k8s.io authorization.k8s.io coordination.k8s.io events.k8s.io]", groupNames)
+	if !cmp.Equal(groupNames, []string{"apiextensions.k8s.io", "authentication.k8s.io", "authorization.k8s.io", "coordination.k8s.io", "events.k8s.io", "rbac.authorization.k8s.io"}) {
+		t.Errorf("/apis aggregated groups %v; want [apiextensions.k8s.io authentication.k8s.io authorization.k8s.io coordination.k8s.io events.k8s.io rbac.authorization.k8s.io]", groupNames)
 	}
 	for _, g := range apis.Items {
 		if g.Name != "coordination.k8s.io" {

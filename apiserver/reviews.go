@@ -6,7 +6,10 @@ import (
 	"github.com/gorilla/mux"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -38,8 +41,43 @@ var SelfSubjectReviews = &registry.Resource{
 	New:          func() registry.Object { return &authenticationv1.SelfSubjectReview{} },
 }
 
+// SelfSubjectRulesReviews is authorization.k8s.io/v1
+// selfsubjectrulesreviews: what the caller may do in a namespace (kubectl
+// auth can-i --list), from the authorizers that can list their rules.
+var SelfSubjectRulesReviews = &registry.Resource{
+	GroupVersion: authorizationv1.SchemeGroupVersion,
+	Kind:         "SelfSubjectRulesReview",
+	Plural:       "selfsubjectrulesreviews",
+	Singular:     "selfsubjectrulesreview",
+	CreateOnly:   true,
+	New:          func() registry.Object { return &authorizationv1.SelfSubjectRulesReview{} },
+}
+
+// SubjectAccessReviews is authorization.k8s.io/v1 subjectaccessreviews:
+// whether any user may do something (for admins, and for the webhook
+// authorizers of other systems); LocalSubjectAccessReviews the same within
+// the namespace of the request.
+var SubjectAccessReviews = &registry.Resource{
+	GroupVersion: authorizationv1.SchemeGroupVersion,
+	Kind:         "SubjectAccessReview",
+	Plural:       "subjectaccessreviews",
+	Singular:     "subjectaccessreview",
+	CreateOnly:   true,
+	New:          func() registry.Object { return &authorizationv1.SubjectAccessReview{} },
+}
+
+var LocalSubjectAccessReviews = &registry.Resource{
+	GroupVersion: authorizationv1.SchemeGroupVersion,
+	Kind:         "LocalSubjectAccessReview",
+	Plural:       "localsubjectaccessreviews",
+	Singular:     "localsubjectaccessreview",
+	Namespaced:   true,
+	CreateOnly:   true,
+	New:          func() registry.Object { return &authorizationv1.LocalSubjectAccessReview{} },
+}
+
 // reviewResources are the resources served without storage.
-var reviewResources = []*registry.Resource{SelfSubjectAccessReviews, SelfSubjectReviews}
+var reviewResources = []*registry.Resource{SelfSubjectAccessReviews, SelfSubjectRulesReviews, SubjectAccessReviews, LocalSubjectAccessReviews, SelfSubjectReviews}
 
 // installReviews serves POST
 // /apis/authorization.k8s.io/v1/selfsubjectaccessreviews and
@@ -59,9 +97,58 @@ func installReviews(router *mux.Router, authn *filters.Authentication, authz fil
 		if authn == nil || user == nil {
 			review.Status = authorizationv1.SubjectAccessReviewStatus{Allowed: true, Reason: "the API is open: no authentication or authorization"}
 		} else {
-			allowed, reason := authz.Authorize(reviewAttributes(*user, &review.Spec))
-			review.Status = authorizationv1.SubjectAccessReviewStatus{Allowed: allowed, Reason: reason}
+			d, reason, err := authz.Authorize(r.Context(), reviewAttributes(*user, &review.Spec))
+			review.Status = authorizationv1.SubjectAccessReviewStatus{Allowed: d == filters.Allow, Denied: d == filters.Deny, Reason: reason}
+			if err != nil {
+				review.Status.EvaluationError = err.Error()
+			}
 		}
+		writeObject(w, r, http.StatusCreated, review)
+	})
+	handleReview(router, SelfSubjectRulesReviews, func(w http.ResponseWriter, r *http.Request, obj runtime.Object) {
+		review := obj.(*authorizationv1.SelfSubjectRulesReview)
+		if review.Spec.Namespace == "" {
+			writeError(w, r, apierrors.NewBadRequest("no namespace on request"))
+			return
+		}
+		user := filters.UserOf(r.Context())
+		if authn == nil || user == nil {
+			review.Status = authorizationv1.SubjectRulesReviewStatus{Incomplete: true, EvaluationError: "the API is open: no authentication or authorization"}
+			writeObject(w, r, http.StatusCreated, review)
+			return
+		}
+		rules, incomplete, err := filters.RulesFor(r.Context(), authz, *user, review.Spec.Namespace)
+		review.Status = rulesReviewStatus(rules, incomplete)
+		if err != nil {
+			review.Status.EvaluationError = err.Error()
+		}
+		writeObject(w, r, http.StatusCreated, review)
+	})
+	handleReview(router, SubjectAccessReviews, func(w http.ResponseWriter, r *http.Request, obj runtime.Object) {
+		review := obj.(*authorizationv1.SubjectAccessReview)
+		errs := validateSubjectAccessReviewSpec(&review.Spec, field.NewPath("spec"))
+		if errs = append(errs, validateReviewMeta(review.ObjectMeta, "must be empty")...); len(errs) > 0 {
+			writeError(w, r, apierrors.NewInvalid(SubjectAccessReviews.GroupVersionKind().GroupKind(), "", errs))
+			return
+		}
+		review.Status = accessReviewStatus(r, authn, authz, &review.Spec)
+		writeObject(w, r, http.StatusCreated, review)
+	})
+	handleReview(router, LocalSubjectAccessReviews, func(w http.ResponseWriter, r *http.Request, obj runtime.Object) {
+		review := obj.(*authorizationv1.LocalSubjectAccessReview)
+		errs := validateSubjectAccessReviewSpec(&review.Spec, field.NewPath("spec"))
+		errs = append(errs, validateReviewMeta(review.ObjectMeta, "must be empty except for namespace")...)
+		if review.Spec.NonResourceAttributes != nil {
+			errs = append(errs, field.Invalid(field.NewPath("spec", "nonResourceAttributes"), review.Spec.NonResourceAttributes, "disallowed on this kind of request"))
+		}
+		if ra := review.Spec.ResourceAttributes; ra != nil && ra.Namespace != review.Namespace {
+			errs = append(errs, field.Invalid(field.NewPath("spec", "resourceAttributes", "namespace"), ra.Namespace, "must match metadata.namespace"))
+		}
+		if len(errs) > 0 {
+			writeError(w, r, apierrors.NewInvalid(LocalSubjectAccessReviews.GroupVersionKind().GroupKind(), "", errs))
+			return
+		}
+		review.Status = accessReviewStatus(r, authn, authz, &review.Spec)
 		writeObject(w, r, http.StatusCreated, review)
 	})
 	handleReview(router, SelfSubjectReviews, func(w http.ResponseWriter, r *http.Request, obj runtime.Object) {
@@ -81,8 +168,12 @@ func installReviews(router *mux.Router, authn *filters.Authentication, authz fil
 
 // handleReview serves POST of a review: the decoded body goes to answer.
 func handleReview(router *mux.Router, res *registry.Resource, answer func(w http.ResponseWriter, r *http.Request, obj runtime.Object)) {
-	router.Handle(groupVersionPath(res.GroupVersion)+"/"+res.Plural, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		describeResource(r, res, r.Method, "", "")
+	path := groupVersionPath(res.GroupVersion) + "/" + res.Plural
+	if res.Namespaced {
+		path = groupVersionPath(res.GroupVersion) + "/namespaces/{namespace}/" + res.Plural
+	}
+	router.Handle(path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		describeResource(r, res, r.Method, mux.Vars(r)["namespace"], "")
 		if r.Method != http.MethodPost {
 			writeError(w, r, apierrors.NewMethodNotSupported(res.GroupResource(), verb(r.Method)))
 			return
@@ -96,8 +187,42 @@ func handleReview(router *mux.Router, res *registry.Resource, answer func(w http
 			writeError(w, r, err)
 			return
 		}
+		if err := reviewNamespace(obj.(registry.Object), mux.Vars(r)["namespace"]); err != nil {
+			writeError(w, r, err)
+			return
+		}
 		answer(w, r, obj)
 	}))
+}
+
+// reviewNamespace is kube's create handler on a review's metadata: the
+// system fields wiped, the namespace the URL's (filled in when empty, a
+// 400 when another; cleared on a cluster-scoped review).
+func reviewNamespace(obj registry.Object, namespace string) error {
+	obj.SetCreationTimestamp(metav1.Time{})
+	obj.SetUID("")
+	obj.SetDeletionTimestamp(nil)
+	obj.SetDeletionGracePeriodSeconds(nil)
+	obj.SetSelfLink("")
+	switch ns := obj.GetNamespace(); {
+	case ns == namespace:
+	case ns == "", namespace == "":
+		obj.SetNamespace(namespace)
+	default:
+		return apierrors.NewBadRequest("the namespace of the provided object does not match the namespace sent on the request")
+	}
+	return nil
+}
+
+// validateReviewMeta is kube's: a review's metadata holds nothing (but
+// the namespace of a LocalSubjectAccessReview, checked before).
+func validateReviewMeta(m metav1.ObjectMeta, msg string) field.ErrorList {
+	c := m
+	c.Namespace, c.ManagedFields = "", nil
+	if !apiequality.Semantic.DeepEqual(metav1.ObjectMeta{}, c) {
+		return field.ErrorList{field.Invalid(field.NewPath("metadata"), m, msg)}
+	}
+	return nil
 }
 
 // reviewAttributes are the attributes a review asks about, for user.
@@ -114,16 +239,63 @@ func reviewAttributes(user filters.UserInfo, spec *authorizationv1.SelfSubjectAc
 }
 
 // validateSelfSubjectAccessReview is kube-apiserver's: exactly one of
-// resourceAttributes and nonResourceAttributes.
+// resourceAttributes and nonResourceAttributes, and no metadata.
 func validateSelfSubjectAccessReview(review *authorizationv1.SelfSubjectAccessReview) field.ErrorList {
-	var errs field.ErrorList
-	spec := field.NewPath("spec")
-	ra, nra := review.Spec.ResourceAttributes != nil, review.Spec.NonResourceAttributes != nil
-	switch {
-	case ra && nra:
-		errs = append(errs, field.Invalid(spec.Child("nonResourceAttributes"), review.Spec.NonResourceAttributes, `cannot be specified in combination with resourceAttributes`))
-	case !ra && !nra:
-		errs = append(errs, field.Required(spec.Child("resourceAttributes"), `exactly one of nonResourceAttributes or resourceAttributes must be specified`))
+	errs := validateAttributesUnion(review.Spec.ResourceAttributes, review.Spec.NonResourceAttributes, field.NewPath("spec"))
+	return append(errs, validateReviewMeta(review.ObjectMeta, "must be empty")...)
+}
+
+// validateAttributesUnion is kube 1.37's (a union: its errors are the
+// spec's, the value the non-resource attributes).
+func validateAttributesUnion(ra *authorizationv1.ResourceAttributes, nra *authorizationv1.NonResourceAttributes, p *field.Path) field.ErrorList {
+	if (ra == nil) == (nra == nil) {
+		return field.ErrorList{field.Invalid(p, nra, `exactly one of nonResourceAttributes or resourceAttributes must be specified`)}
+	}
+	return nil
+}
+
+// accessReviewStatus answers a SubjectAccessReview's spec with the
+// authorizer, for the user it names.
+func accessReviewStatus(r *http.Request, authn *filters.Authentication, authz filters.Authorizer, spec *authorizationv1.SubjectAccessReviewSpec) authorizationv1.SubjectAccessReviewStatus {
+	if authn == nil {
+		return authorizationv1.SubjectAccessReviewStatus{Allowed: true, Reason: "the API is open: no authentication or authorization"}
+	}
+	user := filters.UserInfo{Name: spec.User, UID: spec.UID, Groups: spec.Groups}
+	for k, v := range spec.Extra {
+		if user.Extra == nil {
+			user.Extra = map[string][]string{}
+		}
+		user.Extra[k] = v
+	}
+	self := authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: spec.ResourceAttributes, NonResourceAttributes: spec.NonResourceAttributes}
+	d, reason, err := authz.Authorize(r.Context(), reviewAttributes(user, &self))
+	status := authorizationv1.SubjectAccessReviewStatus{Allowed: d == filters.Allow, Denied: d == filters.Deny, Reason: reason}
+	if err != nil {
+		status.EvaluationError = err.Error()
+	}
+	return status
+}
+
+// validateSubjectAccessReviewSpec is kube's.
+func validateSubjectAccessReviewSpec(spec *authorizationv1.SubjectAccessReviewSpec, p *field.Path) field.ErrorList {
+	errs := validateAttributesUnion(spec.ResourceAttributes, spec.NonResourceAttributes, p)
+	if spec.User == "" && len(spec.Groups) == 0 {
+		errs = append(errs, field.Invalid(p.Child("user"), spec.User, `at least one of user or group must be specified`))
 	}
 	return errs
+}
+
+// rulesReviewStatus is kube's: resource rules and non-resource rules.
+func rulesReviewStatus(rules []rbacv1.PolicyRule, incomplete bool) authorizationv1.SubjectRulesReviewStatus {
+	status := authorizationv1.SubjectRulesReviewStatus{Incomplete: incomplete,
+		ResourceRules: []authorizationv1.ResourceRule{}, NonResourceRules: []authorizationv1.NonResourceRule{}}
+	for _, r := range rules {
+		if len(r.Resources) > 0 {
+			status.ResourceRules = append(status.ResourceRules, authorizationv1.ResourceRule{Verbs: r.Verbs, APIGroups: r.APIGroups, Resources: r.Resources, ResourceNames: r.ResourceNames})
+		}
+		if len(r.NonResourceURLs) > 0 {
+			status.NonResourceRules = append(status.NonResourceRules, authorizationv1.NonResourceRule{Verbs: r.Verbs, NonResourceURLs: r.NonResourceURLs})
+		}
+	}
+	return status
 }

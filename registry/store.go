@@ -67,6 +67,8 @@ type Store struct {
 	// many (revision.go); NewStores shares one among its stores.
 	cache     *readCache
 	revisions *revisionReader
+	// admission is SetAdmission's check; nil: none.
+	admission func(ctx context.Context, obj, old Object) error
 	// transformer encrypts and decrypts the stored values (see
 	// WithEncryption); identity unless configured.
 	transformer encryption.Transformer
@@ -241,6 +243,9 @@ func (s *Store) Create(ctx context.Context, namespace string, obj Object, opts W
 			obj.SetName(generateName(obj.GetGenerateName()))
 		}
 		if err := s.validateAlone(obj, true); err != nil {
+			return nil, err
+		}
+		if err := s.admit(ctx, obj, nil); err != nil {
 			return nil, err
 		}
 		if ws, ok := s.Resource.Strategy.(WarningStrategy); ok {
@@ -609,6 +614,9 @@ func (s *Store) prepareUpdate(ctx context.Context, in, old Object, strategy Upda
 	if len(errs) > 0 {
 		return nil, apierrors.NewInvalid(s.Resource.GroupVersionKind().GroupKind(), obj.GetName(), errs)
 	}
+	if err := s.admit(ctx, obj, old); err != nil {
+		return nil, err
+	}
 	return obj, nil
 }
 
@@ -841,3 +849,31 @@ func (s *Store) decode(key string, stored etcdstore.Object) (Object, error) {
 
 // formatRevision is how an etcd revision reads as a resourceVersion.
 func formatRevision(rev int64) string { return strconv.FormatInt(rev, 10) }
+
+// SetAdmission makes check decide, after validation, whether a create (old
+// nil) or replace of this resource may be written: the checks that need to
+// know who writes (RBAC's escalation prevention, package rbac). Its error
+// is answered as it is. Set it before the store serves.
+func (s *Store) SetAdmission(check func(ctx context.Context, obj, old Object) error) {
+	s.admission = check
+}
+
+func (s *Store) admit(ctx context.Context, obj, old Object) error {
+	if s.admission == nil {
+		return nil
+	}
+	return s.admission(ctx, obj, old)
+}
+
+// Decode reads a value of this resource as stored at key (namespace/name,
+// or name; relative to the resource's keys), for a reader that watches
+// etcd itself (package rbac's view): decrypted and checked as every read.
+func (s *Store) Decode(key string, stored etcdstore.Object) (Object, error) {
+	return s.decode(s.Resource.storagePrefix()+"/"+key, stored)
+}
+
+// CurrentRevision is at least etcd's revision when it was called, from a
+// quorum read shared with the concurrent reads of every store of NewStores.
+func (s *Store) CurrentRevision(ctx context.Context) (int64, error) {
+	return s.revisions.read(ctx)
+}

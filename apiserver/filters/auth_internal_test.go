@@ -1,6 +1,7 @@
 package filters
 
 import (
+	"context"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -179,11 +180,11 @@ rules:
 		{path(anon, "get", "/custom/x"), true},
 		{path(anon, "get", "/customer"), false},
 	} {
-		if got, reason := authz.Authorize(tc.a); got != tc.want {
+		if got, reason, _ := Allowed(context.Background(), authz, tc.a); got != tc.want {
 			t.Errorf("Authorize(%+v) = %v (%q); want %v", tc.a, got, reason, tc.want)
 		}
 	}
-	if _, reason := authz.Authorize(res(alice, "get", "", "configmaps", "team")); reason != "allowed by rule 1 of the authorization policy" {
+	if _, reason, _ := authz.Authorize(context.Background(), res(alice, "get", "", "configmaps", "team")); reason != "allowed by rule 1 of the authorization policy" {
 		t.Errorf("reason = %q", reason)
 	}
 }

@@ -2,13 +2,10 @@ package filters
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net/http"
-	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // Requests is the server's record of each request. What the filter learns
@@ -53,16 +50,26 @@ func WithAuth(next http.Handler, authn *Authentication, authz Authorizer, writeE
 			return
 		}
 		attrs.User = *user
-		if impersonating(r) {
-			// Acting as the caller while the client believes it acts as
-			// someone else would be a silent surprise: refuse instead.
+		as, asked, err := impersonate(r.Context(), r, authz, *user)
+		if err != nil {
 			requests.Refused(r, attrs)
-			writeError(w, r, apierrors.NewForbidden(schema.GroupResource{Resource: "users"}, r.Header.Get("Impersonate-User"),
-				errors.New("impersonation is not supported by this server")))
+			writeError(w, r, err)
 			return
 		}
-		if allowed, reason := authz.Authorize(attrs); !allowed {
+		if asked {
+			// From here on the request is the impersonated user's; the
+			// audit line names both.
+			attrs.Impersonator, attrs.User, user = user, *as, as
+		}
+		allowed, reason, err := Allowed(r.Context(), authz, attrs)
+		if !allowed {
 			requests.Refused(r, attrs)
+			if err != nil {
+				// kube answers 500 when an authorizer fails and none allows.
+				requests.Logger(r).Error("authorization failed", "err", err.Error())
+				writeError(w, r, apierrors.NewInternalError(err))
+				return
+			}
 			writeError(w, r, forbidden(attrs, reason))
 			return
 		}
@@ -90,15 +97,4 @@ func UserOf(ctx context.Context) *UserInfo {
 func AuthorizerOf(ctx context.Context) Authorizer {
 	a, _ := ctx.Value(authorizerKey{}).(Authorizer)
 	return a
-}
-
-// impersonating reports whether the request asks to act as another user
-// (kubectl --as, --as-group, --as-uid).
-func impersonating(r *http.Request) bool {
-	for name := range r.Header {
-		if strings.HasPrefix(name, "Impersonate-") {
-			return true
-		}
-	}
-	return false
 }

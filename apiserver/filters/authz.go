@@ -2,6 +2,7 @@ package filters
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -13,10 +14,21 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
+// Decision is an authorizer's answer, as kube's authorizer.Decision: an
+// authorizer allows, denies, or has no opinion (the next one decides).
+type Decision int
+
+const (
+	NoOpinion Decision = iota
+	Allow
+	Deny
+)
+
 // Authorizer decides whether a request may be served. reason says why,
-// for SelfSubjectAccessReview and the log.
+// for SelfSubjectAccessReview and the 403. An error (the RBAC view could
+// not be brought up to date) is no decision: the request is answered 500.
 type Authorizer interface {
-	Authorize(a Attributes) (allowed bool, reason string)
+	Authorize(ctx context.Context, a Attributes) (Decision, string, error)
 }
 
 // AlwaysAllow allows every request of every authenticated (or, with
@@ -26,7 +38,47 @@ var AlwaysAllow Authorizer = alwaysAllow{}
 
 type alwaysAllow struct{}
 
-func (alwaysAllow) Authorize(Attributes) (bool, string) { return true, "" }
+func (alwaysAllow) Authorize(context.Context, Attributes) (Decision, string, error) {
+	return Allow, "", nil
+}
+
+// Chain asks each authorizer in turn, as kube's union authorizer: the first
+// that allows or denies decides; when none does, the request is not
+// allowed, with every reason given (one a line) and the errors met. The
+// group system:masters is allowed everything first, whatever the chain
+// (kube's privileged groups).
+func Chain(authorizers ...Authorizer) Authorizer {
+	return chain(slices.Clone(authorizers))
+}
+
+type chain []Authorizer
+
+func (c chain) Authorize(ctx context.Context, a Attributes) (Decision, string, error) {
+	if slices.Contains(a.User.Groups, MastersGroup) {
+		return Allow, mastersReason, nil
+	}
+	var reasons []string
+	var errs []error
+	for _, z := range c {
+		d, reason, err := z.Authorize(ctx, a)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if d != NoOpinion {
+			return d, reason, errors.Join(errs...)
+		}
+		if reason != "" {
+			reasons = append(reasons, reason)
+		}
+	}
+	return NoOpinion, strings.Join(reasons, "\n"), errors.Join(errs...)
+}
+
+// Allowed is the yes or no of a decision, for callers that need no more.
+func Allowed(ctx context.Context, z Authorizer, a Attributes) (bool, string, error) {
+	d, reason, err := z.Authorize(ctx, a)
+	return d == Allow, reason, err
+}
 
 // PolicyRule is one rule of a policy file: the users and groups it is for,
 // and what it allows them. A rule names resources or non-resource URLs,
@@ -209,7 +261,7 @@ func matches(list []string, v string) bool {
 // (its privileged group); every authenticated user may read discovery,
 // /version and the OpenAPI documents (system:discovery,
 // system:public-info-viewer), ask what it may do itself
-// (SelfSubjectAccessReview) and who it is (SelfSubjectReview;
+// (SelfSubjectAccessReview, SelfSubjectRulesReview) and who it is (SelfSubjectReview;
 // system:basic-user); anonymous users may read
 // /version; both may read the OpenID discovery documents of the service
 // account issuer (kube grants them to system:serviceaccounts only, with
@@ -220,15 +272,17 @@ var builtinRules = []PolicyRule{
 	{Groups: []string{MastersGroup}, Verbs: []string{"*"}, Resources: []string{"*"}, Namespaces: []string{"*"}},
 	{Groups: []string{MastersGroup}, Verbs: []string{"*"}, NonResourceURLs: []string{"*"}},
 	{Groups: []string{AuthenticatedGroup}, Verbs: []string{"get", "head"}, NonResourceURLs: []string{"/api", "/api/*", "/apis", "/apis/*", "/openapi", "/openapi/*", "/version", "/version/"}},
-	{Groups: []string{AuthenticatedGroup}, Verbs: []string{"create"}, APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"selfsubjectaccessreviews"}, Namespaces: []string{"*"}},
+	{Groups: []string{AuthenticatedGroup}, Verbs: []string{"create"}, APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"selfsubjectaccessreviews", "selfsubjectrulesreviews"}, Namespaces: []string{"*"}},
 	{Groups: []string{AuthenticatedGroup}, Verbs: []string{"create"}, APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"selfsubjectreviews"}, Namespaces: []string{"*"}},
 	{Groups: []string{UnauthenticatedGroup}, Verbs: []string{"get", "head"}, NonResourceURLs: []string{"/version", "/version/"}},
 	{Groups: []string{AuthenticatedGroup, UnauthenticatedGroup}, Verbs: []string{"get", "head"}, NonResourceURLs: []string{"/.well-known/openid-configuration", "/openid/v1/jwks"}},
 }
 
+const mastersReason = "allowed: group " + MastersGroup + " may do everything"
+
 var builtinReasons = []string{
-	"allowed: group " + MastersGroup + " may do everything",
-	"allowed: group " + MastersGroup + " may do everything",
+	mastersReason,
+	mastersReason,
 	"allowed: every authenticated user may read discovery, /version and OpenAPI",
 	"allowed: every authenticated user may review its own access",
 	"allowed: every authenticated user may ask who it is",
@@ -236,8 +290,8 @@ var builtinReasons = []string{
 	"allowed: everyone may read the service account issuer's OpenID discovery documents",
 }
 
-// NewPolicyAuthorizer allows what the built-in rules and rules allow, and
-// nothing else.
+// NewPolicyAuthorizer allows what the built-in rules and rules allow; it
+// has no opinion on anything else.
 func NewPolicyAuthorizer(rules []PolicyRule) Authorizer {
 	return &policyAuthorizer{rules: slices.Clone(rules)}
 }
@@ -246,18 +300,18 @@ type policyAuthorizer struct {
 	rules []PolicyRule
 }
 
-func (p *policyAuthorizer) Authorize(a Attributes) (bool, string) {
+func (p *policyAuthorizer) Authorize(_ context.Context, a Attributes) (Decision, string, error) {
 	for i := range builtinRules {
 		if builtinRules[i].allows(a) {
-			return true, builtinReasons[i]
+			return Allow, builtinReasons[i], nil
 		}
 	}
 	for i := range p.rules {
 		if p.rules[i].allows(a) {
-			return true, fmt.Sprintf("allowed by rule %d of the authorization policy", i+1)
+			return Allow, fmt.Sprintf("allowed by rule %d of the authorization policy", i+1), nil
 		}
 	}
-	return false, ""
+	return NoOpinion, "", nil
 }
 
 var htmlEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")

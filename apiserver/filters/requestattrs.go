@@ -30,6 +30,9 @@ type Attributes struct {
 	Name            string
 	// Path is the request's URL path.
 	Path string
+	// Impersonator is who sent a request that acts as User (kubectl
+	// --as); nil for the others.
+	Impersonator *UserInfo
 }
 
 // namespaceSubresources are the subresources of a namespace, which

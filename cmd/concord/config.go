@@ -103,7 +103,7 @@ func DefaultConfig() Config {
 		DataDir:                "concord-data",
 		RequestTimeout:         time.Minute,
 		ShutdownTimeout:        30 * time.Second,
-		Security:               SecurityConfig{AuthorizationMode: AuthorizationPolicy},
+		Security:               SecurityConfig{AuthorizationMode: defaultAuthorizationMode},
 		// kube-apiserver's defaults.
 		MaxRequestsInFlight:         filters.DefaultMaxRequestsInFlight,
 		MaxMutatingRequestsInFlight: filters.DefaultMaxMutatingRequestsInFlight,

@@ -170,6 +170,9 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 	elect.run(ctx, "concord-garbage-collector", collector.Run)
 	elect.run(ctx, "concord-serviceaccounts", sacontroller.New(coreStore(catalog, registry.Namespaces), coreStore(catalog, registry.ServiceAccounts), log).Run)
 	elect.run(ctx, "concord-namespaces", namespacecontroller.New(coreStore(catalog, registry.Namespaces), catalog, log.With("controller", "namespace")).Run)
+	if err := startAuthorization(ctx, sec, catalog, store, elect, cfg.EtcdDialTimeout, log); err != nil {
+		return err
+	}
 
 	tokenIssuer, tokenAuthn, err := saKeys.tokens(cfg.ServiceAccounts, catalog)
 	if err != nil {

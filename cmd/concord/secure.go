@@ -11,13 +11,18 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/concord-dev/concord/apiserver/filters"
 )
 
-// The --authorization-mode values.
+// The --authorization-mode values, a comma list of which is asked in order.
 const (
+	// AuthorizationRBAC allows what the stored Roles, ClusterRoles and
+	// bindings grant (package rbac), as kube-apiserver's RBAC mode.
+	AuthorizationRBAC = "RBAC"
 	// AuthorizationPolicy allows what the built-in rules and the
 	// --authorization-policy-file allow (without a file: system:masters
 	// everything, every authenticated user discovery).
@@ -25,7 +30,29 @@ const (
 	// AuthorizationAlwaysAllow allows every authenticated request
 	// (kube-apiserver's AlwaysAllow): for tests and single-user setups.
 	AuthorizationAlwaysAllow = "AlwaysAllow"
+	// defaultAuthorizationMode: RBAC first, then the policy file, so that
+	// a deployment with a policy file keeps every grant it had (RBAC never
+	// denies) and operators grant more with kubectl.
+	defaultAuthorizationMode = AuthorizationRBAC + "," + AuthorizationPolicy
 )
+
+var authorizationModes = []string{AuthorizationRBAC, AuthorizationPolicy, AuthorizationAlwaysAllow}
+
+// parseAuthorizationModes splits --authorization-mode.
+func parseAuthorizationModes(v string) ([]string, error) {
+	var modes []string
+	for m := range strings.SplitSeq(v, ",") {
+		m = strings.TrimSpace(m)
+		switch {
+		case !slices.Contains(authorizationModes, m):
+			return nil, fmt.Errorf("%q is not one of %s", m, strings.Join(authorizationModes, ", "))
+		case slices.Contains(modes, m):
+			return nil, fmt.Errorf("%q is given twice", m)
+		}
+		modes = append(modes, m)
+	}
+	return modes, nil
+}
 
 // SecurityConfig is how the server is reached and who may do what: TLS,
 // authentication, authorization and the audit log. Flags are
@@ -53,7 +80,8 @@ type SecurityConfig struct {
 	// system:anonymous (group system:unauthenticated); otherwise they are
 	// 401. Unlike kube-apiserver, off by default.
 	AnonymousAuth bool
-	// AuthorizationMode is Policy (default) or AlwaysAllow.
+	// AuthorizationMode is a comma list of RBAC, Policy and AlwaysAllow,
+	// asked in order (default RBAC,Policy).
 	AuthorizationMode string
 	// AuthorizationPolicyFile is the rules of the Policy mode.
 	AuthorizationPolicyFile string
@@ -71,7 +99,7 @@ func (cfg *Config) addSecurityFlags(fs *flag.FlagSet) {
 	fs.StringVar(&s.ClientCAFile, "client-ca-file", s.ClientCAFile, "PEM file of the CAs whose client certificates authenticate: user = the certificate's CommonName, groups = its Organizations")
 	fs.StringVar(&s.TokenAuthFile, "token-auth-file", s.TokenAuthFile, "CSV file of bearer tokens: token,user,uid,\"group1,group2\" (kube-apiserver's format)")
 	fs.BoolVar(&s.AnonymousAuth, "anonymous-auth", s.AnonymousAuth, "serve requests without credentials as user system:anonymous, group system:unauthenticated (authorized like any user); otherwise they are answered 401")
-	fs.StringVar(&s.AuthorizationMode, "authorization-mode", s.AuthorizationMode, "Policy: allow what --authorization-policy-file allows (and system:masters everything); AlwaysAllow: allow every authenticated request")
+	fs.StringVar(&s.AuthorizationMode, "authorization-mode", s.AuthorizationMode, "comma list of authorizers, asked in order until one allows: RBAC (the stored Roles and bindings), Policy (--authorization-policy-file and the built-in rules), AlwaysAllow (every authenticated request); system:masters may do everything")
 	fs.StringVar(&s.AuthorizationPolicyFile, "authorization-policy-file", s.AuthorizationPolicyFile, "YAML file of authorization rules (users/groups, verbs, resources, namespaces or nonResourceURLs), for --authorization-mode=Policy; see docs/security.md")
 	fs.StringVar(&s.AuditLogPath, "audit-log-path", s.AuditLogPath, "append one JSON line per API request (time, auditID, user, groups, verb, resource, namespace, name, code, latency) to this file; - is standard output")
 }
@@ -82,7 +110,7 @@ func (cfg *Config) completeSecurity() {
 		cfg.Security.CertDir = filepath.Join(cfg.DataDir, "tls")
 	}
 	if cfg.Security.AuthorizationMode == "" {
-		cfg.Security.AuthorizationMode = AuthorizationPolicy
+		cfg.Security.AuthorizationMode = defaultAuthorizationMode
 	}
 }
 
@@ -119,19 +147,17 @@ func (cfg *Config) validateSecurity() []error {
 			errs = append(errs, fmt.Errorf("--token-auth-file: %w", err))
 		}
 	}
-	switch s.AuthorizationMode {
-	case AuthorizationPolicy:
-		if s.AuthorizationPolicyFile != "" {
-			if _, err := filters.LoadPolicyFile(s.AuthorizationPolicyFile); err != nil {
-				errs = append(errs, fmt.Errorf("--authorization-policy-file: %w", err))
-			}
-		}
-	case AuthorizationAlwaysAllow:
-		if s.AuthorizationPolicyFile != "" {
-			errs = append(errs, errors.New("--authorization-policy-file: only with --authorization-mode=Policy"))
-		}
+	modes, err := parseAuthorizationModes(s.AuthorizationMode)
+	switch {
+	case err != nil:
+		errs = append(errs, fmt.Errorf("--authorization-mode: %w", err))
+	case s.AuthorizationPolicyFile == "":
+	case !slices.Contains(modes, AuthorizationPolicy):
+		errs = append(errs, errors.New("--authorization-policy-file: only with Policy in --authorization-mode"))
 	default:
-		errs = append(errs, fmt.Errorf("--authorization-mode: %q is neither %s nor %s", s.AuthorizationMode, AuthorizationPolicy, AuthorizationAlwaysAllow))
+		if _, err := filters.LoadPolicyFile(s.AuthorizationPolicyFile); err != nil {
+			errs = append(errs, fmt.Errorf("--authorization-policy-file: %w", err))
+		}
 	}
 	return errs
 }
@@ -153,7 +179,11 @@ type serving struct {
 	// tls is nil for plain HTTP.
 	tls   *tls.Config
 	authn *filters.Authentication
+	// authz is set by authorize once the RBAC authorizer exists.
 	authz filters.Authorizer
+	// modes are the --authorization-mode authorizers; policy is Policy's.
+	modes  []string
+	policy filters.Authorizer
 	// audit is the audit log's file; nil: none.
 	audit io.WriteCloser
 	// kubeconfig is what the written kubeconfig carries.
@@ -221,21 +251,21 @@ func (cfg *Config) buildSecurity(log *slog.Logger) (*serving, error) {
 		out.tls.ClientAuth = tls.RequestClientCert
 	}
 
-	switch s.AuthorizationMode {
-	case AuthorizationAlwaysAllow:
-		out.authz = filters.AlwaysAllow
-		if s.AnonymousAuth {
-			log.Warn("--authorization-mode=AlwaysAllow with --anonymous-auth: anyone who reaches the port may do everything")
-		}
-	default:
+	var err error
+	if out.modes, err = parseAuthorizationModes(s.AuthorizationMode); err != nil {
+		return nil, fmt.Errorf("--authorization-mode: %w", err)
+	}
+	if slices.Contains(out.modes, AuthorizationAlwaysAllow) && s.AnonymousAuth {
+		log.Warn("--authorization-mode AlwaysAllow with --anonymous-auth: anyone who reaches the port may do everything")
+	}
+	if slices.Contains(out.modes, AuthorizationPolicy) {
 		var rules []filters.PolicyRule
 		if s.AuthorizationPolicyFile != "" {
-			var err error
 			if rules, err = filters.LoadPolicyFile(s.AuthorizationPolicyFile); err != nil {
 				return nil, fmt.Errorf("--authorization-policy-file: %w", err)
 			}
 		}
-		out.authz = filters.NewPolicyAuthorizer(rules)
+		out.policy = filters.NewPolicyAuthorizer(rules)
 	}
 	log.Info("authentication and authorization", "clientCertificates", out.authn.ClientCAs != nil, "tokens", len(out.authn.Tokens),
 		"anonymous", s.AnonymousAuth, "authorizationMode", s.AuthorizationMode, "policyFile", s.AuthorizationPolicyFile)
@@ -256,6 +286,26 @@ func (cfg *Config) buildSecurity(log *slog.Logger) (*serving, error) {
 		log.Info("audit log", "path", s.AuditLogPath)
 	}
 	return out, nil
+}
+
+// rbacEnabled reports whether RBAC is among the authorizers.
+func (s *serving) rbacEnabled() bool { return slices.Contains(s.modes, AuthorizationRBAC) }
+
+// authorize makes authz the chain of the modes, in their order; rbac is
+// the RBAC authorizer (nil when it is not among them).
+func (s *serving) authorize(rbac filters.Authorizer) {
+	var chain []filters.Authorizer
+	for _, m := range s.modes {
+		switch m {
+		case AuthorizationRBAC:
+			chain = append(chain, rbac)
+		case AuthorizationPolicy:
+			chain = append(chain, s.policy)
+		case AuthorizationAlwaysAllow:
+			chain = append(chain, filters.AlwaysAllow)
+		}
+	}
+	s.authz = filters.Chain(chain...)
 }
 
 type nopCloser struct{ io.Writer }

@@ -43,8 +43,8 @@ func TestSecurityFlagDefaults(t *testing.T) {
 	}
 	cfg.Complete()
 	s := cfg.Security
-	if s.InsecureServing || s.AnonymousAuth || s.AuthorizationMode != AuthorizationPolicy || s.CertDir != "/var/lib/concord/tls" {
-		t.Errorf("defaults: %+v; want HTTPS, no anonymous requests, Policy, --cert-dir <data-dir>/tls", s)
+	if s.InsecureServing || s.AnonymousAuth || s.AuthorizationMode != "RBAC,Policy" || s.CertDir != "/var/lib/concord/tls" {
+		t.Errorf("defaults: %+v; want HTTPS, no anonymous requests, RBAC,Policy, --cert-dir <data-dir>/tls", s)
 	}
 	for _, name := range []string{"tls-cert-file", "tls-private-key-file", "cert-dir", "insecure-serving", "client-ca-file",
 		"token-auth-file", "anonymous-auth", "authorization-mode", "authorization-policy-file", "audit-log-path"} {
@@ -92,10 +92,11 @@ func TestValidateSecurity(t *testing.T) {
 		{"missing client CA file", func(c *Config) { c.Security.ClientCAFile = filepath.Join(dir, "missing") }, "--client-ca-file: open"},
 		{"bad token file", func(c *Config) { c.Security.TokenAuthFile = badTokens }, "--token-auth-file: token file " + badTokens + ", line 1: must have at least 3 columns"},
 		{"bad policy file", func(c *Config) { c.Security.AuthorizationPolicyFile = badPolicy }, `--authorization-policy-file: policy file ` + badPolicy + `: rule 1: verbs: "read" is not one of`},
-		{"unknown mode", func(c *Config) { c.Security.AuthorizationMode = "RBAC" }, `--authorization-mode: "RBAC" is neither Policy nor AlwaysAllow`},
+		{"unknown mode", func(c *Config) { c.Security.AuthorizationMode = "RBAC,Node" }, `--authorization-mode: "Node" is not one of RBAC, Policy, AlwaysAllow`},
+		{"mode given twice", func(c *Config) { c.Security.AuthorizationMode = "RBAC,RBAC" }, `--authorization-mode: "RBAC" is given twice`},
 		{"policy file with AlwaysAllow", func(c *Config) {
 			c.Security.AuthorizationMode, c.Security.AuthorizationPolicyFile = AuthorizationAlwaysAllow, goodPolicy
-		}, "--authorization-policy-file: only with --authorization-mode=Policy"},
+		}, "--authorization-policy-file: only with Policy in --authorization-mode"},
 	})
 }
 

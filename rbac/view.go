@@ -1,0 +1,352 @@
+// Package rbac enforces rbac.authorization.k8s.io/v1 as kube-apiserver's
+// RBAC authorizer does, from a per-replica view of the stored Roles,
+// ClusterRoles and bindings (View), kept current by one etcd watch and
+// indexed by subject, so that a decision looks at the bindings of the
+// requester only. Every decision first waits until the view has applied
+// etcd's revision as of a quorum read made after the request arrived
+// (shared by concurrent requests): a change acknowledged by any replica
+// counts on every replica for the requests that follow it.
+package rbac
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+
+	"github.com/concord-dev/concord/etcdstore"
+	"github.com/concord-dev/concord/registry"
+)
+
+// Source is where the view reads from: etcd, through the registry's
+// storage, and the stores of the four resources, which decode their values.
+type Source struct {
+	Storage interface {
+		List(ctx context.Context, resource, namespace string, opts etcdstore.ListOptions) (etcdstore.ListResult, error)
+		Watch(ctx context.Context, resource string, from int64) (*etcdstore.Watch, error)
+	}
+	Roles, ClusterRoles, RoleBindings, ClusterRoleBindings *registry.Store
+}
+
+// awaitTimeout bounds how long a decision waits for the view to catch up
+// with etcd (kube-apiserver's consistent reads wait 3 s); then it fails.
+const awaitTimeout = 3 * time.Second
+
+// View is the replica's copy of the RBAC objects, indexed for decisions.
+type View struct {
+	src Source
+	log *slog.Logger
+
+	mu    sync.RWMutex
+	ready bool
+	rev   int64
+	idx   *index
+	watch *etcdstore.Watch
+	// advanced is closed (and replaced) whenever rev or ready change.
+	advanced chan struct{}
+	askedAt  time.Time
+}
+
+// NewView returns a view that serves once Run has loaded it.
+func NewView(src Source, log *slog.Logger) *View {
+	return &View{src: src, log: log, idx: newIndex(), advanced: make(chan struct{})}
+}
+
+// Run loads the objects and applies their changes until ctx ends; a broken
+// watch loads them again (decisions wait meanwhile).
+func (v *View) Run(ctx context.Context) {
+	for ctx.Err() == nil {
+		if err := v.runOnce(ctx); err != nil && ctx.Err() == nil {
+			v.log.Warn("rbac view: watch ended; loading again", "err", err)
+		}
+		v.mu.Lock()
+		v.ready, v.watch = false, nil
+		v.advanceLocked()
+		v.mu.Unlock()
+		select {
+		case <-ctx.Done():
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func (v *View) runOnce(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	idx := newIndex()
+	var rev int64
+	for start := ""; ; {
+		res, err := v.src.Storage.List(ctx, registry.RBACStoragePrefix, "", etcdstore.ListOptions{Revision: rev, Limit: 1000, Start: start})
+		if err != nil {
+			return fmt.Errorf("list: %w", err)
+		}
+		rev = res.Revision
+		for _, o := range res.Objects {
+			if err := v.apply(idx, o.Key, o); err != nil {
+				v.log.Error("rbac view: an object that cannot be read grants nothing", "key", o.Key, "err", err)
+			}
+		}
+		if res.Remaining == 0 || len(res.Objects) == 0 {
+			break
+		}
+		start = res.Objects[len(res.Objects)-1].Key + "\x00"
+	}
+	w, err := v.src.Storage.Watch(ctx, registry.RBACStoragePrefix, rev)
+	if err != nil {
+		return fmt.Errorf("watch: %w", err)
+	}
+	v.mu.Lock()
+	v.idx, v.rev, v.ready, v.watch = idx, rev, true, w
+	v.advanceLocked()
+	v.mu.Unlock()
+	for resp := range w.C {
+		if resp.Err != nil {
+			return resp.Err
+		}
+		v.mu.Lock()
+		for _, ev := range resp.Events {
+			var err error
+			if ev.Value == nil {
+				v.idx.remove(ev.Key)
+			} else {
+				err = v.apply(v.idx, ev.Key, etcdstore.Object{Key: ev.Key, Value: ev.Value, Revision: ev.Revision})
+			}
+			if err != nil {
+				v.log.Error("rbac view: an object that cannot be read grants nothing", "key", ev.Key, "err", err)
+			}
+			v.rev = ev.Revision
+		}
+		if len(resp.Events) == 0 && resp.Progress > v.rev {
+			v.rev = resp.Progress
+		}
+		v.advanceLocked()
+		v.mu.Unlock()
+	}
+	return errors.New("watch closed")
+}
+
+// apply decodes the stored value at key (<plural>/<namespace>/<name>) into
+// idx; one that does not decode is removed, so it grants nothing.
+func (v *View) apply(idx *index, key string, o etcdstore.Object) error {
+	plural, rest, _ := strings.Cut(key, "/")
+	var store *registry.Store
+	switch plural {
+	case registry.Roles.Plural:
+		store = v.src.Roles
+	case registry.ClusterRoles.Plural:
+		store = v.src.ClusterRoles
+	case registry.RoleBindings.Plural:
+		store = v.src.RoleBindings
+	case registry.ClusterRoleBindings.Plural:
+		store = v.src.ClusterRoleBindings
+	default:
+		return nil
+	}
+	obj, err := store.Decode(rest, o)
+	if err != nil {
+		idx.remove(key)
+		return err
+	}
+	idx.put(key, obj)
+	return nil
+}
+
+func (v *View) advanceLocked() {
+	close(v.advanced)
+	v.advanced = make(chan struct{})
+}
+
+// errNotCurrent is a decision's error when the view could not catch up.
+var errNotCurrent = errors.New("the RBAC authorizer's view of roles and bindings is not current (etcd unavailable?)")
+
+// await waits until the view holds etcd's state as of a revision read after
+// await was called, and returns with v.mu read-locked.
+func (v *View) await(ctx context.Context) error {
+	revision := v.src.Roles.CurrentRevision // shared by every store
+	want, err := revision(ctx)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errNotCurrent, err)
+	}
+	wantAt := time.Now()
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		v.mu.RLock()
+		if v.ready && v.rev >= want {
+			return nil
+		}
+		advanced, ready := v.advanced, v.ready
+		v.mu.RUnlock()
+		if timer == nil {
+			timer = time.NewTimer(awaitTimeout)
+		}
+		if ready {
+			// A progress report answers for every revision current when
+			// it was asked for: ask only if the last request predates want.
+			v.mu.Lock()
+			var ask *etcdstore.Watch
+			if v.askedAt.Before(wantAt) {
+				v.askedAt, ask = time.Now(), v.watch
+			}
+			v.mu.Unlock()
+			if ask != nil {
+				_ = ask.RequestProgress() // a failure makes this wait time out
+			}
+		}
+		select {
+		case <-advanced:
+		case <-timer.C:
+			return errNotCurrent
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// index is the objects, and the bindings by the subjects they name.
+type index struct {
+	roles        map[string]*rbacv1.Role        // namespace/name
+	clusterRoles map[string]*rbacv1.ClusterRole // name
+	bindings     map[string]*binding            // by key
+	// cluster are the ClusterRoleBindings by subject key; namespaced the
+	// RoleBindings by namespace, then subject key.
+	cluster    map[string][]*binding
+	namespaced map[string]map[string][]*binding
+}
+
+// binding is a RoleBinding or ClusterRoleBinding as decisions need it.
+type binding struct {
+	key       string
+	name      string
+	namespace string // "": a ClusterRoleBinding
+	ref       rbacv1.RoleRef
+	subjects  []rbacv1.Subject
+	// subjectKeys are the index keys of subjects, in their order.
+	subjectKeys []string
+}
+
+func newIndex() *index {
+	return &index{
+		roles: map[string]*rbacv1.Role{}, clusterRoles: map[string]*rbacv1.ClusterRole{}, bindings: map[string]*binding{},
+		cluster: map[string][]*binding{}, namespaced: map[string]map[string][]*binding{},
+	}
+}
+
+// subjectKey is how decisions look subjects up: users by name (a
+// ServiceAccount is its user name, its namespace defaulting to the
+// binding's as kube's), groups by name; "" when it can match nobody.
+func subjectKey(s rbacv1.Subject, namespace string) string {
+	switch s.Kind {
+	case rbacv1.UserKind:
+		return "u:" + s.Name
+	case rbacv1.GroupKind:
+		return "g:" + s.Name
+	case rbacv1.ServiceAccountKind:
+		ns := s.Namespace
+		if ns == "" {
+			ns = namespace
+		}
+		if ns == "" {
+			return ""
+		}
+		return "u:system:serviceaccount:" + ns + ":" + s.Name
+	}
+	return ""
+}
+
+func (x *index) put(key string, obj registry.Object) {
+	x.remove(key)
+	_, rest, _ := strings.Cut(key, "/")
+	switch o := obj.(type) {
+	case *rbacv1.Role:
+		x.roles[rest] = o
+	case *rbacv1.ClusterRole:
+		x.clusterRoles[rest] = o
+	case *rbacv1.RoleBinding:
+		x.addBinding(&binding{key: key, name: o.Name, namespace: o.Namespace, ref: o.RoleRef, subjects: o.Subjects})
+	case *rbacv1.ClusterRoleBinding:
+		x.addBinding(&binding{key: key, name: o.Name, ref: o.RoleRef, subjects: o.Subjects})
+	}
+}
+
+func (x *index) addBinding(b *binding) {
+	x.bindings[b.key] = b
+	for _, s := range b.subjects {
+		k := subjectKey(s, b.namespace)
+		b.subjectKeys = append(b.subjectKeys, k)
+		if k == "" || slices.Contains(b.subjectKeys[:len(b.subjectKeys)-1], k) {
+			continue
+		}
+		m := x.cluster
+		if b.namespace != "" {
+			if m = x.namespaced[b.namespace]; m == nil {
+				m = map[string][]*binding{}
+				x.namespaced[b.namespace] = m
+			}
+		}
+		list := append(m[k], b)
+		// In name order, so that the binding a reason names is stable.
+		slices.SortFunc(list, func(a, b *binding) int { return strings.Compare(a.name, b.name) })
+		m[k] = list
+	}
+}
+
+func (x *index) remove(key string) {
+	plural, rest, _ := strings.Cut(key, "/")
+	switch plural {
+	case registry.Roles.Plural:
+		delete(x.roles, rest)
+	case registry.ClusterRoles.Plural:
+		delete(x.clusterRoles, rest)
+	}
+	b := x.bindings[key]
+	if b == nil {
+		return
+	}
+	delete(x.bindings, key)
+	m := x.cluster
+	if b.namespace != "" {
+		m = x.namespaced[b.namespace]
+	}
+	for _, k := range b.subjectKeys {
+		if list, ok := m[k]; ok {
+			list = slices.DeleteFunc(slices.Clone(list), func(o *binding) bool { return o == b })
+			if len(list) == 0 {
+				delete(m, k)
+			} else {
+				m[k] = list
+			}
+		}
+	}
+	if b.namespace != "" && len(m) == 0 {
+		delete(x.namespaced, b.namespace)
+	}
+}
+
+// roleRules are the rules a binding's roleRef names; a missing role is
+// kube's NotFound error, and grants nothing.
+func (x *index) roleRules(ref rbacv1.RoleRef, namespace string) ([]rbacv1.PolicyRule, error) {
+	switch ref.Kind {
+	case "Role":
+		if r := x.roles[namespace+"/"+ref.Name]; r != nil {
+			return r.Rules, nil
+		}
+		return nil, fmt.Errorf("%s.%s %q not found", registry.Roles.Plural, rbacv1.GroupName, ref.Name)
+	case "ClusterRole":
+		if r := x.clusterRoles[ref.Name]; r != nil {
+			return r.Rules, nil
+		}
+		return nil, fmt.Errorf("%s.%s %q not found", registry.ClusterRoles.Plural, rbacv1.GroupName, ref.Name)
+	}
+	return nil, fmt.Errorf("unsupported role reference kind: %q", ref.Kind)
+}
