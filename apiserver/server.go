@@ -243,6 +243,7 @@ func withRequestContext(next http.Handler, log *slog.Logger, timeout time.Durati
 		}
 		defer cancel()
 		ctx = context.WithValue(ctx, requestInfoKey{}, info)
+		ctx = registry.WithRevisionMemo(ctx)
 		r = r.WithContext(ctx)
 		setDeadlines(w, r)
 		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}

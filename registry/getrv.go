@@ -27,7 +27,8 @@ func (s *Store) AwaitResourceVersion(ctx context.Context, resourceVersion string
 	}
 	deadline := time.Now().Add(resourceVersionWait)
 	for {
-		current, err := s.revisions.read(ctx)
+		// Each poll reads etcd again: not the request's first revision.
+		current, err := s.revisions.readShared(ctx)
 		if err != nil {
 			return toStatus(err, s.Resource.GroupResource(), "")
 		}

@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -37,8 +38,24 @@ func newRevisionReader(current func(context.Context) (int64, error)) *revisionRe
 }
 
 // read returns a revision at least etcd's current revision when read was
-// called.
+// called, or, in a request's context (WithRevisionMemo), when the request
+// began: the first one read for it, reused.
 func (r *revisionReader) read(ctx context.Context) (int64, error) {
+	memo, _ := ctx.Value(revisionMemoKey{}).(*revisionMemo)
+	if memo != nil {
+		if rev := memo.rev.Load(); rev > 0 {
+			return rev, nil
+		}
+	}
+	rev, err := r.readShared(ctx)
+	if err == nil && memo != nil {
+		memo.rev.CompareAndSwap(0, rev)
+	}
+	return rev, err
+}
+
+// readShared is read without the request's memo.
+func (r *revisionReader) readShared(ctx context.Context) (int64, error) {
 	r.mu.Lock()
 	if !r.inFlight {
 		// Nothing out: send one now, for this reader and whoever comes
@@ -82,4 +99,19 @@ func (r *revisionReader) run(read *revisionRead) {
 	if next != nil {
 		go r.run(next)
 	}
+}
+
+// revisionMemo is the revision one request read first.
+type revisionMemo struct{ rev atomic.Int64 }
+
+type revisionMemoKey struct{}
+
+// WithRevisionMemo returns ctx for one API request: every linearizable
+// read made in it (the authorizer's view of roles and bindings, then the
+// read cache) uses the first revision read for it. That revision was read
+// after the request began, so every write acknowledged before the request
+// is at or below it, which is all each of those reads promises; one quorum
+// read serves them all.
+func WithRevisionMemo(ctx context.Context) context.Context {
+	return context.WithValue(ctx, revisionMemoKey{}, &revisionMemo{})
 }

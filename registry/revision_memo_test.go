@@ -1,0 +1,31 @@
+package registry
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+)
+
+// TestRevisionMemo: in one request's context the first revision read is
+// reused by every later read (the authorizer's, then the cache's: one
+// quorum read); outside it, and in another request, each read asks etcd.
+func TestRevisionMemo(t *testing.T) {
+	var asked atomic.Int64
+	r := newRevisionReader(func(context.Context) (int64, error) { return 100 + asked.Add(1), nil })
+	request := WithRevisionMemo(context.Background())
+	first, _ := r.read(request)
+	second, _ := r.read(request)
+	if first != 101 || second != 101 || asked.Load() != 1 {
+		t.Errorf("one request: reads %d, %d after %d etcd reads; want 101, 101 after 1", first, second, asked.Load())
+	}
+	if got, _ := r.read(WithRevisionMemo(context.Background())); got != 102 {
+		t.Errorf("another request read %d; want a new revision, 102", got)
+	}
+	if got, _ := r.read(context.Background()); got != 103 {
+		t.Errorf("a read outside any request read %d; want 103", got)
+	}
+	// Polling for a later revision reads etcd each time.
+	if got, _ := r.readShared(request); got != 104 {
+		t.Errorf("readShared in the request read %d; want 104", got)
+	}
+}
