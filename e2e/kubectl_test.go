@@ -560,6 +560,39 @@ func TestKubectlWorkflow(t *testing.T) {
 		k.run(t, "wait", "--for=delete", "namespace/held", "--timeout=20s")
 	})
 
+	step("9b-cascade", func(t *testing.T) {
+		// kubectl delete --cascade=background|foreground|orphan, as against
+		// kube: the garbage collector deletes (or orphans) the dependents.
+		dependent := func(name, owner, uid string) {
+			manifest := k.writeFile(t, name+".yaml", `apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: `+name+`
+  ownerReferences:
+  - {apiVersion: v1, kind: ConfigMap, name: `+owner+`, uid: `+uid+`, blockOwnerDeletion: true}
+`, 0o644)
+			k.run(t, "create", "-f", manifest)
+		}
+		for _, cascade := range []string{"background", "foreground", "orphan"} {
+			owner := "owner-" + cascade
+			k.run(t, "create", "configmap", owner)
+			uid := k.run(t, "get", "configmap", owner, "-o", "jsonpath={.metadata.uid}")
+			dependent("dep-"+cascade, owner, uid)
+			if out := k.run(t, "delete", "configmap", owner, "--cascade="+cascade); out != "configmap \""+owner+"\" deleted\n" {
+				t.Errorf("kubectl delete --cascade=%s printed %q", cascade, out)
+			}
+			k.waitGone(t, "owner after --cascade="+cascade, "/api/v1/namespaces/default/configmaps/"+owner)
+			if cascade != "orphan" {
+				k.waitGone(t, "dependent after --cascade="+cascade, "/api/v1/namespaces/default/configmaps/dep-"+cascade)
+				continue
+			}
+			dep := k.configMap(t, "default", "dep-orphan")
+			if len(dep.OwnerReferences) != 0 || dep.DeletionTimestamp != nil {
+				t.Errorf("dependent after --cascade=orphan: ownerReferences %v, deletionTimestamp %v; want none, kept", dep.OwnerReferences, dep.DeletionTimestamp)
+			}
+		}
+	})
+
 	step("10-strict-validation", func(t *testing.T) {
 		manifest := k.writeFile(t, "unknown-field.yaml", unknownFieldManifest, 0o644)
 		out := k.fail(t, "create", "-f", manifest)
