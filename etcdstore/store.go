@@ -218,7 +218,7 @@ func (s *Store) Check(ctx context.Context) error {
 type Guard struct {
 	Ref      Ref
 	Revision int64
-	// Bump: no condition; the key of Ref is put (an empty value) in the
+	// Bump: no condition; the key of Ref is put (a constant value) in the
 	// write's transaction instead, so its ModRevision becomes the write's.
 	Bump bool
 }
@@ -242,7 +242,8 @@ func (s *Store) guardCompares(guards []Guard, op clientv3.Op) ([]clientv3.Cmp, [
 			return nil, nil, err
 		}
 		if g.Bump {
-			ops = append(ops, clientv3.OpPut(gkey, ""))
+			// Not empty: a watch tells a delete by its missing value.
+			ops = append(ops, clientv3.OpPut(gkey, "bumped"))
 			continue
 		}
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(gkey), "=", g.Revision))
