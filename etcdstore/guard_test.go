@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/concord-dev/concord/etcdstore"
+	"github.com/concord-dev/concord/etcdstore/etcdtest"
 )
 
 // TestGuardedWrites: a create, update or delete with a guard applies only
@@ -65,5 +66,52 @@ func TestGuardedWrites(t *testing.T) {
 	guard.Revision = got.Revision
 	if _, err := s.Delete(ctx, ref, rev, guard); err != nil {
 		t.Errorf("guarded delete under the guard's new revision: %v", err)
+	}
+}
+
+// TestBumpedWrites: every create, update and delete of a resource named in
+// Options.Bump puts its generation key in the same transaction (its
+// ModRevision is the write's revision), so a write guarded by the key's
+// revision fails once any of them landed; a refused write bumps nothing.
+func TestBumpedWrites(t *testing.T) {
+	e := etcdtest.Start(t)
+	gen := etcdstore.Ref{Resource: "rbac.authorization.k8s.io", Name: "generation"}
+	s := etcdstore.NewWithOptions(e.Client, "/registry", etcdstore.Options{Bump: map[string]etcdstore.Ref{"rbac.authorization.k8s.io/roles": gen}})
+	ctx := testContext(t)
+	genRev := func() int64 {
+		o, err := s.Get(ctx, gen, 0)
+		if errors.Is(err, etcdstore.ErrNotFound) {
+			return 0
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o.Revision
+	}
+	ref := etcdstore.Ref{Resource: "rbac.authorization.k8s.io/roles", Namespace: "ns", Name: "r"}
+	other := etcdstore.Ref{Resource: "configmaps", Namespace: "ns", Name: "c"}
+	guard := etcdstore.Guard{Ref: gen, Revision: genRev()} // 0: no key yet
+	otherRev, err := s.Create(ctx, other, []byte("c1"), guard)
+	if err != nil {
+		t.Fatalf("write guarded by the missing generation key: %v", err)
+	}
+	rev, err := s.Create(ctx, ref, []byte("r1"))
+	if err != nil || genRev() != rev {
+		t.Fatalf("create: %d, %v; generation at %d, want the create's revision", rev, err, genRev())
+	}
+	if _, err := s.Update(ctx, other, []byte("c2"), otherRev, guard); !errors.Is(err, etcdstore.ErrGuardChanged) {
+		t.Errorf("write guarded by the generation before a role's create = %v; want ErrGuardChanged", err)
+	}
+	if rev, err = s.Update(ctx, ref, []byte("r2"), rev); err != nil || genRev() != rev {
+		t.Fatalf("update: %d, %v; generation at %d, want the update's revision", rev, err, genRev())
+	}
+	if _, err := s.Update(ctx, ref, []byte("r3"), rev-1); !errors.Is(err, etcdstore.ErrConflict) || genRev() != rev {
+		t.Errorf("refused update = %v, generation at %d; want ErrConflict and the generation unchanged at %d", err, genRev(), rev)
+	}
+	if rev, err = s.Delete(ctx, ref, rev, etcdstore.Guard{Ref: other, Revision: otherRev}); err != nil || genRev() != rev {
+		t.Fatalf("guarded delete: %d, %v; generation at %d, want the delete's revision", rev, err, genRev())
+	}
+	if rev, err = s.Create(ctx, ref, []byte("r4"), etcdstore.Guard{Ref: other, Revision: otherRev}); err != nil || genRev() != rev {
+		t.Fatalf("guarded create: %d, %v; generation at %d, want the create's revision", rev, err, genRev())
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -70,6 +71,8 @@ type Store struct {
 	// etcd lease from leases); resources not named live until deleted.
 	ttl    map[string]time.Duration
 	leases *leaseManager
+	// bump: resource → the key every write of it puts (Options.Bump).
+	bump map[string]Ref
 }
 
 // Options tune a Store; the zero value is what New gives.
@@ -89,6 +92,11 @@ type Options struct {
 	// expires, whether or not any replica is running. Writes within a
 	// short window share one lease (see leaseManager).
 	TTL map[string]time.Duration
+	// Bump maps a resource to a key that every create, update and delete
+	// of it puts in the same transaction (a Bump guard), so that the key's
+	// ModRevision is the revision of the resource's last write: a write
+	// guarded by it fails if any of them landed since (RBAC's generation).
+	Bump map[string]Ref
 }
 
 // New returns a Store that keeps its keys under prefix (for example
@@ -105,6 +113,7 @@ func NewWithOptions(client *clientv3.Client, prefix string, opts Options) *Store
 		timeout: opts.RequestTimeout,
 		metrics: opts.Metrics,
 		ttl:     opts.TTL,
+		bump:    opts.Bump,
 		leases:  newLeaseManager(client),
 	}
 }
@@ -209,19 +218,37 @@ func (s *Store) Check(ctx context.Context) error {
 type Guard struct {
 	Ref      Ref
 	Revision int64
+	// Bump: no condition; the key of Ref is put (a constant value) in the
+	// write's transaction instead, so its ModRevision becomes the write's.
+	Bump bool
 }
 
-// guardCompares are the transaction conditions of guards.
-func (s *Store) guardCompares(guards []Guard) ([]clientv3.Cmp, error) {
+// withBump adds the Bump guard of resource (Options.Bump) to guards.
+func (s *Store) withBump(resource string, guards []Guard) []Guard {
+	if ref, ok := s.bump[resource]; ok {
+		return append(slices.Clip(guards), Guard{Ref: ref, Bump: true})
+	}
+	return guards
+}
+
+// guardCompares are the transaction conditions of guards, and the puts of
+// their Bump guards, for the Then branch after op.
+func (s *Store) guardCompares(guards []Guard, op clientv3.Op) ([]clientv3.Cmp, []clientv3.Op, error) {
 	cmps := make([]clientv3.Cmp, 0, len(guards))
+	ops := []clientv3.Op{op}
 	for _, g := range guards {
 		gkey, err := s.key(g.Ref)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
+		}
+		if g.Bump {
+			// Not empty: a watch tells a delete by its missing value.
+			ops = append(ops, clientv3.OpPut(gkey, "bumped"))
+			continue
 		}
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(gkey), "=", g.Revision))
 	}
-	return cmps, nil
+	return cmps, ops, nil
 }
 
 // guardedWrite runs op on key in one transaction If(ModRevision(key) ==
@@ -229,12 +256,12 @@ func (s *Store) guardCompares(guards []Guard) ([]clientv3.Cmp, error) {
 // guards. It returns the transaction's revision, or the error as Update
 // documents, ErrGuardChanged when the key was as expected but a guard not.
 func (s *Store) guardedWrite(ctx context.Context, name, key string, revision int64, op clientv3.Op, guards []Guard) (int64, error) {
-	gcmps, err := s.guardCompares(guards)
+	gcmps, ops, err := s.guardCompares(guards, op)
 	if err != nil {
 		return 0, err
 	}
 	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", revision)}, gcmps...)
-	resp, err := s.kv.Client.Txn(ctx).If(cmps...).Then(op).Else(clientv3.OpGet(key)).Commit()
+	resp, err := s.kv.Client.Txn(ctx).If(cmps...).Then(ops...).Else(clientv3.OpGet(key)).Commit()
 	if err != nil {
 		return 0, writeError(name, key, err)
 	}
@@ -263,6 +290,7 @@ func (s *Store) Create(ctx context.Context, ref Ref, value []byte, guards ...Gua
 	if err != nil {
 		return 0, err
 	}
+	guards = s.withBump(ref.Resource, guards)
 	for attempt := 0; ; attempt++ {
 		lease, ttl, err := s.lease(ctx, ref)
 		if err != nil {
@@ -289,13 +317,13 @@ func (s *Store) create(ctx context.Context, ref Ref, key string, value []byte, l
 		}
 		return resp.Revision, nil
 	}
-	gcmps, err := s.guardCompares(guards)
+	gcmps, ops, err := s.guardCompares(guards, clientv3.OpPut(key, string(value), clientv3.WithLease(lease)))
 	if err != nil {
 		return 0, err
 	}
 	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", 0)}, gcmps...)
 	ctx, end := s.begin(ctx, "create", ref.Resource)
-	resp, err := s.kv.Client.Txn(ctx).If(cmps...).Then(clientv3.OpPut(key, string(value), clientv3.WithLease(lease))).Else(clientv3.OpGet(key, clientv3.WithCountOnly())).Commit()
+	resp, err := s.kv.Client.Txn(ctx).If(cmps...).Then(ops...).Else(clientv3.OpGet(key, clientv3.WithCountOnly())).Commit()
 	end(err)
 	if err != nil {
 		return 0, writeError("create", key, err)
@@ -323,6 +351,7 @@ func (s *Store) Update(ctx context.Context, ref Ref, value []byte, revision int6
 	if revision <= 0 {
 		return 0, fmt.Errorf("update %s: revision %d: %w", key, revision, ErrConflict)
 	}
+	guards = s.withBump(ref.Resource, guards)
 	for attempt := 0; ; attempt++ {
 		lease, ttl, err := s.lease(ctx, ref)
 		if err != nil {
@@ -366,6 +395,7 @@ func (s *Store) Delete(ctx context.Context, ref Ref, revision int64, guards ...G
 	if revision <= 0 {
 		return 0, fmt.Errorf("delete %s: revision %d: %w", key, revision, ErrConflict)
 	}
+	guards = s.withBump(ref.Resource, guards)
 	ctx, end := s.begin(ctx, "delete", ref.Resource)
 	if len(guards) > 0 {
 		rev, err := s.guardedWrite(ctx, "delete", key, revision, clientv3.OpDelete(key), guards)

@@ -10,6 +10,8 @@ import (
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 
 	"github.com/concord-dev/concord/apiserver/filters"
+	"github.com/concord-dev/concord/etcdstore"
+	"github.com/concord-dev/concord/registry"
 )
 
 // Authorizer is kube-apiserver's RBAC authorizer over a View: it allows what
@@ -26,13 +28,58 @@ func NewAuthorizer(view *View) *Authorizer { return &Authorizer{view: view} }
 
 var _ filters.Authorizer = (*Authorizer)(nil)
 
-// Authorize decides once the view is current (View.await).
+// Authorize decides once the view is current (View.await), except a write
+// it allows on the view as it is: that one does not wait, and its own etcd
+// transaction checks the decision, guarded by the generation key at the
+// revision this view has of it (filters.Fence, registry.FencedStorage). A
+// write the view does not allow waits as every other request, so that no
+// denial is stale either.
 func (z *Authorizer) Authorize(ctx context.Context, a filters.Attributes) (filters.Decision, string, error) {
+	fence, fast := filters.Fencing(ctx)
+	if fence != nil && !writes(a) {
+		fence = nil
+	}
+	if fence != nil && fast {
+		z.view.mu.RLock()
+		if z.view.ready {
+			d, reason, err := z.view.idx.decide(a)
+			gen := z.view.gen
+			z.view.mu.RUnlock()
+			if d == filters.Allow {
+				fence.Offer(etcdstore.Guard{Ref: registry.RBACGeneration, Revision: gen})
+				return d, reason, err
+			}
+		} else {
+			z.view.mu.RUnlock()
+		}
+	}
+	if fence != nil && !fast {
+		// Decided again after the request began (a guard failed): the
+		// request's first revision is not enough; a new quorum read is.
+		ctx = registry.WithRevisionMemo(ctx)
+	}
 	if err := z.view.await(ctx); err != nil {
 		return filters.NoOpinion, "", err
 	}
 	defer z.view.mu.RUnlock()
-	return z.view.idx.decide(a)
+	d, reason, err := z.view.idx.decide(a)
+	if d == filters.Allow && fence != nil && !fast {
+		fence.Offer(etcdstore.Guard{Ref: registry.RBACGeneration, Revision: z.view.gen})
+	}
+	return d, reason, err
+}
+
+// writes: a that may write objects (the decision of which the write's
+// etcd transaction can check).
+func writes(a filters.Attributes) bool {
+	if !a.ResourceRequest {
+		return false
+	}
+	switch a.Verb {
+	case "create", "update", "patch", "delete", "deletecollection":
+		return true
+	}
+	return false
 }
 
 func (x *index) decide(a filters.Attributes) (filters.Decision, string, error) {

@@ -51,6 +51,12 @@ type View struct {
 	// advanced is closed (and replaced) whenever rev or ready change.
 	advanced chan struct{}
 	askedAt  time.Time
+	// gen is the ModRevision of the generation key (registry.RBACGeneration,
+	// put by every RBAC write) as of rev: what a write allowed on this view
+	// is guarded by (0: no key, as etcd compares a missing key).
+	gen int64
+	// hold, in tests, is called before each watch response is applied.
+	hold func()
 }
 
 // NewView returns a view that serves once Run has loaded it.
@@ -80,7 +86,7 @@ func (v *View) runOnce(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	idx := newIndex()
-	var rev int64
+	var rev, gen int64
 	for start := ""; ; {
 		res, err := v.src.Storage.List(ctx, registry.RBACStoragePrefix, "", etcdstore.ListOptions{Revision: rev, Limit: 1000, Start: start})
 		if err != nil {
@@ -88,6 +94,9 @@ func (v *View) runOnce(ctx context.Context) error {
 		}
 		rev = res.Revision
 		for _, o := range res.Objects {
+			if o.Key == generationKey {
+				gen = o.Revision
+			}
 			if err := v.apply(idx, o.Key, o); err != nil {
 				v.log.Error("rbac view: an object that cannot be read grants nothing", "key", o.Key, "err", err)
 			}
@@ -102,16 +111,25 @@ func (v *View) runOnce(ctx context.Context) error {
 		return fmt.Errorf("watch: %w", err)
 	}
 	v.mu.Lock()
-	v.idx, v.rev, v.ready, v.watch = idx, rev, true, w
+	v.idx, v.rev, v.gen, v.ready, v.watch = idx, rev, gen, true, w
 	v.advanceLocked()
 	v.mu.Unlock()
 	for resp := range w.C {
 		if resp.Err != nil {
 			return resp.Err
 		}
+		if v.hold != nil {
+			v.hold()
+		}
 		v.mu.Lock()
 		for _, ev := range resp.Events {
 			var err error
+			if ev.Key == generationKey {
+				v.gen = 0
+				if ev.Value != nil {
+					v.gen = ev.Revision
+				}
+			}
 			if ev.Value == nil {
 				v.idx.remove(ev.Key)
 			} else {
@@ -130,6 +148,9 @@ func (v *View) runOnce(ctx context.Context) error {
 	}
 	return errors.New("watch closed")
 }
+
+// generationKey is registry.RBACGeneration's key as the view reads it.
+var generationKey = registry.RBACGeneration.Name
 
 // apply decodes the stored value at key (<plural>/<namespace>/<name>) into
 // idx; one that does not decode is removed, so it grants nothing.

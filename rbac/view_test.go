@@ -32,18 +32,31 @@ type replica struct {
 	view *View
 	// Namespaces is the replica's store of them: RoleBindings need one.
 	Namespaces *registry.Store
+	ConfigMaps *registry.Store
 }
 
 func startReplica(t *testing.T, e *etcdtest.Etcd) *replica {
+	t.Helper()
+	return startReplicaWith(t, e, nil, nil)
+}
+
+// startReplicaWith is startReplica with the stores' writes through wrap
+// (under the fence; nil: none) and hold called before the view applies each
+// watch response.
+func startReplicaWith(t *testing.T, e *etcdtest.Etcd, wrap func(registry.Storage) registry.Storage, hold func()) *replica {
 	t.Helper()
 	client, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
-	storage := etcdstore.NewWithOptions(client, "/registry", etcdstore.Options{RequestTimeout: testRequestTimeout})
+	storage := etcdstore.NewWithOptions(client, "/registry", etcdstore.Options{RequestTimeout: testRequestTimeout, Bump: registry.RBACBump()})
+	var writes registry.Storage = storage
+	if wrap != nil {
+		writes = wrap(writes)
+	}
 	byRes := map[*registry.Resource]*registry.Store{}
-	for _, s := range registry.NewStores(storage, registry.DefaultWatchConfig()) {
+	for _, s := range registry.NewStores(registry.FencedStorage(writes), registry.DefaultWatchConfig()) {
 		t.Cleanup(s.StopWatches)
 		byRes[s.Resource] = s
 	}
@@ -51,10 +64,11 @@ func startReplica(t *testing.T, e *etcdtest.Etcd) *replica {
 		RoleBindings: byRes[registry.RoleBindings], ClusterRoleBindings: byRes[registry.ClusterRoleBindings]}
 	ctx, cancel := context.WithCancel(context.Background())
 	view := NewView(src, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	view.hold = hold
 	done := make(chan struct{})
 	go func() { view.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return &replica{src: src, view: view, Namespaces: byRes[registry.Namespaces]}
+	return &replica{src: src, view: view, Namespaces: byRes[registry.Namespaces], ConfigMaps: byRes[registry.ConfigMaps]}
 }
 
 // TestViewFreshnessAcrossReplicas: a binding written through one replica's

@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/concord-dev/concord/etcdstore"
 )
 
 // RBACStoragePrefix is the part of the etcd keys of the four RBAC
@@ -19,6 +21,23 @@ import (
 // etcd watch sees every change to them (package rbac's view). kube-apiserver
 // keys them /registry/<plural>/...; no client sees the difference.
 const RBACStoragePrefix = rbacv1.GroupName
+
+// RBACGeneration is the key every write of the four RBAC resources puts in
+// its own etcd transaction (etcdstore.Options.Bump: RBACBump), so that its
+// ModRevision is the revision of the last change to them: a write allowed
+// by RBAC on a view that may be behind is guarded by it (filters.Fence). It
+// is under RBACStoragePrefix, so the view's watch sees it, and holds no
+// object.
+var RBACGeneration = etcdstore.Ref{Resource: RBACStoragePrefix, Name: "generation"}
+
+// RBACBump is the etcdstore.Options.Bump of the RBAC resources.
+func RBACBump() map[string]etcdstore.Ref {
+	m := map[string]etcdstore.Ref{}
+	for _, r := range []*Resource{Roles, ClusterRoles, RoleBindings, ClusterRoleBindings} {
+		m[r.storagePrefix()] = RBACGeneration
+	}
+	return m
+}
 
 // Roles, ClusterRoles, RoleBindings and ClusterRoleBindings are
 // rbac.authorization.k8s.io/v1, validated as kube's pkg/apis/rbac/validation

@@ -61,7 +61,14 @@ func WithAuth(next http.Handler, authn *Authentication, authz Authorizer, writeE
 			// audit line names both.
 			attrs.Impersonator, attrs.User, user = user, *as, as
 		}
-		allowed, reason, err := Allowed(r.Context(), authz, attrs)
+		// A write may be allowed on a view that is not current, checked by
+		// its own etcd transaction (Fence).
+		fence := &Fence{state: fenceFast, authz: authz, attrs: attrs}
+		allowed, reason, err := Allowed(context.WithValue(r.Context(), fenceKey{}, fence), authz, attrs)
+		fence.mu.Lock()
+		fence.state = fenceClosed
+		fenced := fence.guard != nil
+		fence.mu.Unlock()
 		if !allowed {
 			requests.Refused(r, attrs)
 			if err != nil {
@@ -76,6 +83,11 @@ func WithAuth(next http.Handler, authn *Authentication, authz Authorizer, writeE
 		ctx := context.WithValue(r.Context(), userKey{}, user)
 		// A handler may need to authorize more (an unsafe delete).
 		ctx = context.WithValue(ctx, authorizerKey{}, authz)
+		if fenced {
+			ctx = context.WithValue(ctx, fenceKey{}, fence)
+			r = r.WithContext(ctx)
+			w = &fencedWriter{ResponseWriter: w, r: r, fence: fence, writeError: writeError}
+		}
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }

@@ -134,12 +134,15 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 		RequestTimeout: cfg.EtcdRequestTimeout,
 		Metrics:        storeMetrics,
 		TTL:            map[string]time.Duration{registry.Events.Plural: cfg.EventTTL},
+		Bump:           registry.RBACBump(),
 	})
+	// Writes allowed by RBAC without waiting carry its guard (filters.Fence).
+	fenced := registry.FencedStorage(store)
 	storeOpts := []registry.StoreOption{registry.WithEncryption(encryptAtRest), registry.WithUnconditionalUpdate(unconditional)}
 	if !cfg.WatchCache {
 		storeOpts = append(storeOpts, registry.WithoutReadCache())
 	}
-	stores := registry.NewStores(store, registry.DefaultWatchConfig(), storeOpts...)
+	stores := registry.NewStores(fenced, registry.DefaultWatchConfig(), storeOpts...)
 	// The resources served: the built-ins now, others as they are added.
 	catalog := registry.NewCatalog(stores)
 	catalog.OnAdd(func(s *registry.Store) {
@@ -153,7 +156,7 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 	newStore := func(storage registry.Storage, res *registry.Resource) *registry.Store {
 		return registry.NewStore(storage, res, registry.DefaultWatchConfig(), storeOpts...)
 	}
-	crdServer := crdserving.New(crds, catalog, store, newStore, log)
+	crdServer := crdserving.New(crds, catalog, fenced, newStore, log)
 	go crdServer.Run(ctx)
 	go crdstatus.New(crds, log).Run(ctx)
 	go crdcleanup.New(crds, store, newStore, log).Run(ctx)
