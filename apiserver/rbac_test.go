@@ -207,6 +207,12 @@ func TestSubjectAccessReview(t *testing.T) {
 			authorizationv1.SubjectAccessReviewStatus{Allowed: true, Reason: "allowed: every authenticated user may read discovery, /version and OpenAPI"}},
 		{"the uid reaches the authorizers", `{"user":"alice","uid":"666","resourceAttributes":{"namespace":"team","verb":"get","resource":"configmaps"}}`,
 			authorizationv1.SubjectAccessReviewStatus{Denied: true, Reason: "banned: uid 666 scopes "}},
+		// Selectors narrow what is asked; RBAC grants without looking at
+		// them. An operator this server does not know is a newer client's.
+		{"with selectors", `{"user":"alice","resourceAttributes":{"namespace":"team","verb":"list","resource":"configmaps","fieldSelector":{"requirements":[{"key":"metadata.name","operator":"In","values":["x"]}]},"labelSelector":{"rawSelector":"app=web"}}}`,
+			authorizationv1.SubjectAccessReviewStatus{Allowed: true, Reason: `RBAC: allowed by RoleBinding "alice-reads/team" of ClusterRole "cm-reader" to User "alice"`}},
+		{"with an operator of a newer client", `{"user":"alice","resourceAttributes":{"namespace":"team","verb":"list","resource":"configmaps","labelSelector":{"requirements":[{"key":"app","operator":"Near","values":["web"]}]}}}`,
+			authorizationv1.SubjectAccessReviewStatus{Allowed: true, Reason: `RBAC: allowed by RoleBinding "alice-reads/team" of ClusterRole "cm-reader" to User "alice"`}},
 		{"so does extra", `{"user":"alice","uid":"1001","extra":{"scopes":["none"]},"resourceAttributes":{"namespace":"team","verb":"get","resource":"configmaps"}}`,
 			authorizationv1.SubjectAccessReviewStatus{Denied: true, Reason: "banned: uid 1001 scopes none"}},
 	} {
@@ -250,6 +256,18 @@ func TestSubjectAccessReview(t *testing.T) {
 			[]metav1.StatusCause{
 				{Type: metav1.CauseTypeFieldValueInvalid, Field: "spec", Message: "Invalid value: null: exactly one of nonResourceAttributes or resourceAttributes must be specified"},
 				{Type: metav1.CauseTypeFieldValueInvalid, Field: "spec.user", Message: `Invalid value: "": at least one of user or group must be specified`}}},
+		{"a field selector with both forms", `{"spec":{"user":"alice","resourceAttributes":{"verb":"list","fieldSelector":{"rawSelector":"a=b","requirements":[{"key":"a","operator":"In","values":["b"]}]}}}}`,
+			`spec.resourceAttributes.fieldSelector.rawSelector: Invalid value: "a=b": may not specified at the same time as requirements`,
+			[]metav1.StatusCause{{Type: metav1.CauseTypeFieldValueInvalid, Field: "spec.resourceAttributes.fieldSelector.rawSelector", Message: `Invalid value: "a=b": may not specified at the same time as requirements`}}},
+		{"an empty label selector", `{"spec":{"user":"alice","resourceAttributes":{"verb":"list","labelSelector":{}}}}`,
+			`spec.resourceAttributes.labelSelector.requirements: Required value: when spec.resourceAttributes.labelSelector is specified, requirements or rawSelector is required`,
+			[]metav1.StatusCause{{Type: metav1.CauseTypeFieldValueRequired, Field: "spec.resourceAttributes.labelSelector.requirements", Message: `Required value: when spec.resourceAttributes.labelSelector is specified, requirements or rawSelector is required`}}},
+		{"a field requirement without a key", `{"spec":{"user":"alice","resourceAttributes":{"verb":"list","fieldSelector":{"requirements":[{"operator":"Exists"}]}}}}`,
+			`spec.resourceAttributes.fieldSelector.requirements[0].key: Required value: must be specified`,
+			[]metav1.StatusCause{{Type: metav1.CauseTypeFieldValueRequired, Field: "spec.resourceAttributes.fieldSelector.requirements[0].key", Message: `Required value: must be specified`}}},
+		{"a label requirement In without values", `{"spec":{"user":"alice","resourceAttributes":{"verb":"list","labelSelector":{"requirements":[{"key":"app","operator":"In"}]}}}}`,
+			`spec.resourceAttributes.labelSelector.requirements[0].values: Required value: must be specified when ` + "`operator`" + ` is 'In' or 'NotIn'`,
+			[]metav1.StatusCause{{Type: metav1.CauseTypeFieldValueRequired, Field: "spec.resourceAttributes.labelSelector.requirements[0].values", Message: `Required value: must be specified when ` + "`operator`" + ` is 'In' or 'NotIn'`}}},
 		{"metadata", `{"metadata":{"name":"x"},"spec":{"user":"alice","resourceAttributes":{"verb":"get"}}}`,
 			`metadata: Invalid value: {"name":"x"}: must be empty`,
 			[]metav1.StatusCause{{Type: metav1.CauseTypeFieldValueInvalid, Field: "metadata", Message: `Invalid value: {"name":"x"}: must be empty`}}},
@@ -464,6 +482,16 @@ func TestEscalationPrevention(t *testing.T) {
 			`clusterrolebindings.rbac.authorization.k8s.io "bob-cm" is forbidden: ` + notHeld + `{APIGroups:[""], Resources:["configmaps"], Verbs:["get" "list"]}`},
 		{"a binding to a missing role", http.MethodPost, rbacPath + "/namespaces/team/rolebindings",
 			binding("bob-gone", "ClusterRole", "gone"), http.StatusNotFound, `clusterroles.rbac.authorization.k8s.io "gone" not found`},
+		// Escalation is decided before validation, as kube's RBAC storage.
+		{"a Role that escalates and is invalid too", http.MethodPost, rbacPath + "/namespaces/team/roles",
+			role("invalid", `[{"apiGroups":[""],"resources":["secrets"],"verbs":["get"]},{"apiGroups":[""],"resources":["configmaps"]}]`), http.StatusForbidden,
+			`roles.rbac.authorization.k8s.io "invalid" is forbidden: ` + notHeld + secretsGet},
+		{"a Role that does not escalate and is invalid", http.MethodPost, rbacPath + "/namespaces/team/roles",
+			role("invalid", `[{"apiGroups":[""],"resources":["configmaps"],"verbs":["get"]},{"apiGroups":[""],"resources":["configmaps"]}]`), http.StatusUnprocessableEntity, ""},
+		// kube answers 500 (unsupported role reference kind); the
+		// binding's validation says what is wrong.
+		{"a binding to a role of an unsupported kind", http.MethodPost, rbacPath + "/namespaces/team/rolebindings",
+			binding("bob-odd", "Odd", "cm"), http.StatusUnprocessableEntity, ""},
 	})
 	var cm struct {
 		Rules []struct{ Verbs []string } `json:"rules"`

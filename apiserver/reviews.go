@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"fmt"
 	"net/http"
 
 	"github.com/gorilla/mux"
@@ -10,6 +11,7 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -242,7 +244,46 @@ func reviewAttributes(user filters.UserInfo, spec *authorizationv1.SelfSubjectAc
 // resourceAttributes and nonResourceAttributes, and no metadata.
 func validateSelfSubjectAccessReview(review *authorizationv1.SelfSubjectAccessReview) field.ErrorList {
 	errs := validateAttributesUnion(review.Spec.ResourceAttributes, review.Spec.NonResourceAttributes, field.NewPath("spec"))
+	errs = append(errs, validateResourceAttributes(review.Spec.ResourceAttributes, field.NewPath("spec", "resourceAttributes"))...)
 	return append(errs, validateReviewMeta(review.ObjectMeta, "must be empty")...)
+}
+
+// validateResourceAttributes is kube's check of a review's selectors
+// (which only narrow what is asked; RBAC does not look at them): either
+// requirements or rawSelector, each requirement well formed, operators
+// this server does not know allowed (a newer client's).
+func validateResourceAttributes(ra *authorizationv1.ResourceAttributes, p *field.Path) field.ErrorList {
+	if ra == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	if fs := ra.FieldSelector; fs != nil {
+		fp := p.Child("fieldSelector")
+		errs = append(errs, validateSelectorUnion(fs.RawSelector, len(fs.Requirements), fp)...)
+		for i, req := range fs.Requirements {
+			errs = append(errs, metav1validation.ValidateFieldSelectorRequirement(req,
+				metav1validation.FieldSelectorValidationOptions{AllowUnknownOperatorInRequirement: true}, fp.Child("requirements").Index(i))...)
+		}
+	}
+	if ls := ra.LabelSelector; ls != nil {
+		lp := p.Child("labelSelector")
+		errs = append(errs, validateSelectorUnion(ls.RawSelector, len(ls.Requirements), lp)...)
+		for i, req := range ls.Requirements {
+			errs = append(errs, metav1validation.ValidateLabelSelectorRequirement(req,
+				metav1validation.LabelSelectorValidationOptions{AllowUnknownOperatorInRequirement: true}, lp.Child("requirements").Index(i))...)
+		}
+	}
+	return errs
+}
+
+func validateSelectorUnion(raw string, requirements int, p *field.Path) field.ErrorList {
+	switch {
+	case raw != "" && requirements > 0:
+		return field.ErrorList{field.Invalid(p.Child("rawSelector"), raw, "may not specified at the same time as requirements")}
+	case raw == "" && requirements == 0:
+		return field.ErrorList{field.Required(p.Child("requirements"), fmt.Sprintf("when %s is specified, requirements or rawSelector is required", p))}
+	}
+	return nil
 }
 
 // validateAttributesUnion is kube 1.37's (a union: its errors are the
@@ -282,7 +323,7 @@ func validateSubjectAccessReviewSpec(spec *authorizationv1.SubjectAccessReviewSp
 	if spec.User == "" && len(spec.Groups) == 0 {
 		errs = append(errs, field.Invalid(p.Child("user"), spec.User, `at least one of user or group must be specified`))
 	}
-	return errs
+	return append(errs, validateResourceAttributes(spec.ResourceAttributes, p.Child("resourceAttributes"))...)
 }
 
 // rulesReviewStatus is kube's: resource rules and non-resource rules.

@@ -113,6 +113,9 @@ func TestRBACWithKubectlAcrossReplicas(t *testing.T) {
 	// Escalation: alice may write roles and bindings in team (admin role),
 	// but not grant secrets, nor bind cluster-admin.
 	adminA.run("-n", "team", "create", "rolebinding", "alice-admin", "--clusterrole=admin", "--user=alice")
+	// A write on B right after the grant on A (B's view may not have it
+	// yet: a denial is decided again at etcd's current revision).
+	alice[1].run("-n", "team", "create", "configmap", "by-alice", "--from-literal=k=v")
 	alice[0].run("-n", "team", "create", "role", "cm-writer", "--verb=create,update", "--resource=configmaps")
 	if out := alice[0].failStderr("-n", "team", "create", "role", "secret-reader", "--verb=get", "--resource=secrets"); !strings.Contains(out,
 		`roles.rbac.authorization.k8s.io "secret-reader" is forbidden: user "alice" (groups=["dev" "system:authenticated"]) is attempting to grant RBAC permissions not currently held:`) ||
@@ -142,6 +145,16 @@ func TestRBACWithKubectlAcrossReplicas(t *testing.T) {
 
 	// Revoke on A, refused on B at once.
 	adminA.run("-n", "team", "delete", "rolebinding", "alice-cm", "alice-admin")
+	// A write on B right after the revocation on A: refused, nothing stored
+	// (a write allowed by a view behind the revocation fails its etcd guard
+	// and is decided again).
+	if out := alice[1].failStderr("-n", "team", "create", "configmap", "after-revoke", "--from-literal=k=v"); !strings.Contains(out,
+		`configmaps is forbidden: User "alice" cannot create resource "configmaps" in API group "" in the namespace "team"`) {
+		t.Errorf("alice creating on B right after the revocation on A: %q", out)
+	}
+	if out := adminB.fail("-n", "team", "get", "configmap", "after-revoke"); out != "" {
+		t.Errorf("the refused create was stored: %q", out)
+	}
 	if out := alice[1].failStderr("-n", "team", "get", "configmaps"); !strings.Contains(out, `configmaps is forbidden: User "alice" cannot list resource "configmaps"`) {
 		t.Errorf("alice on B right after the revocation on A: %q", out)
 	}

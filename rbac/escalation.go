@@ -85,6 +85,8 @@ func (e *Escalation) checkBinding(ctx context.Context, res *registry.Resource, o
 		bind.Resource = registry.ClusterRoles.Plural
 	case "Role":
 		bind.Resource = registry.Roles.Plural
+	default:
+		return nil // validation answers 422 (kube: 500, unsupported kind)
 	}
 	if ok, _, _ := filters.Allowed(ctx, e.Authorizer, bind); ok {
 		return nil

@@ -63,14 +63,19 @@ func (r *revisionReader) readShared(ctx context.Context) (int64, error) {
 		r.inFlight = true
 		r.mu.Unlock()
 		read := &revisionRead{done: make(chan struct{})}
-		r.run(read)
-		return read.rev, read.err
+		go r.run(read) // so that this reader stops waiting at its deadline
+		return read.wait(ctx)
 	}
 	if r.next == nil {
 		r.next = &revisionRead{done: make(chan struct{})}
 	}
 	read := r.next
 	r.mu.Unlock()
+	return read.wait(ctx)
+}
+
+// wait returns read's answer, or ctx's error if it ends first.
+func (read *revisionRead) wait(ctx context.Context) (int64, error) {
 	select {
 	case <-read.done:
 		return read.rev, read.err
@@ -80,8 +85,8 @@ func (r *revisionReader) readShared(ctx context.Context) (int64, error) {
 }
 
 // run sends read's request and then, while readers wait for a next one,
-// sends that too (from a goroutine of its own, so that the caller of the
-// first one is answered at once).
+// sends that too (from a goroutine of its own, so that the readers of the
+// first one are answered at once).
 func (r *revisionReader) run(read *revisionRead) {
 	// Not the reader's context: others wait for this answer too. The
 	// storage bounds each request with its own timeout (--etcd-request-

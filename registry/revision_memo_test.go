@@ -2,8 +2,10 @@ package registry
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // TestRevisionMemo: in one request's context the first revision read is
@@ -27,5 +29,33 @@ func TestRevisionMemo(t *testing.T) {
 	// Polling for a later revision reads etcd each time.
 	if got, _ := r.readShared(request); got != 104 {
 		t.Errorf("readShared in the request read %d; want 104", got)
+	}
+}
+
+// TestRevisionReadEndsAtTheReadersDeadline: a reader whose context ends
+// while etcd has not answered stops waiting, first sender or not; the
+// others get the answer when it comes.
+func TestRevisionReadEndsAtTheReadersDeadline(t *testing.T) {
+	release := make(chan struct{})
+	r := newRevisionReader(func(context.Context) (int64, error) { <-release; return 7, nil })
+	for _, who := range []string{"the reader that sends the request", "a reader waiting for the next one"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		start := time.Now()
+		_, err := r.readShared(ctx)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 5*time.Second {
+			t.Errorf("%s: %v after %v; want its deadline's error at once", who, err, time.Since(start))
+		}
+	}
+	patient := make(chan int64)
+	go func() { rev, _ := r.readShared(context.Background()); patient <- rev }()
+	close(release)
+	select {
+	case rev := <-patient:
+		if rev != 7 {
+			t.Errorf("a reader without a deadline read %d; want 7", rev)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a reader without a deadline got no answer")
 	}
 }

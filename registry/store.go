@@ -242,10 +242,12 @@ func (s *Store) Create(ctx context.Context, namespace string, obj Object, opts W
 		if generated {
 			obj.SetName(generateName(obj.GetGenerateName()))
 		}
-		if err := s.validateAlone(obj, true); err != nil {
+		// Admission before validation, as kube: an escalating role is 403
+		// even if it is invalid too.
+		if err := s.admit(ctx, obj, nil); err != nil {
 			return nil, err
 		}
-		if err := s.admit(ctx, obj, nil); err != nil {
+		if err := s.validateAlone(obj, true); err != nil {
 			return nil, err
 		}
 		if ws, ok := s.Resource.Strategy.(WarningStrategy); ok {
@@ -603,6 +605,9 @@ func (s *Store) prepareUpdate(ctx context.Context, in, old Object, strategy Upda
 	obj.SetDeletionTimestamp(old.GetDeletionTimestamp())
 	obj.SetDeletionGracePeriodSeconds(old.GetDeletionGracePeriodSeconds())
 	obj.SetGeneration(old.GetGeneration())
+	if err := s.admit(ctx, obj, old); err != nil {
+		return nil, err
+	}
 	strategy.PrepareForUpdate(obj, old)
 	errs := apivalidation.ValidateObjectMetaAccessor(obj, s.Resource.Namespaced, s.Resource.NameValidation, field.NewPath("metadata"))
 	errs = append(errs, apivalidation.ValidateObjectMetaAccessorUpdate(obj, old, field.NewPath("metadata"))...)
@@ -613,9 +618,6 @@ func (s *Store) prepareUpdate(ctx context.Context, in, old Object, strategy Upda
 	}
 	if len(errs) > 0 {
 		return nil, apierrors.NewInvalid(s.Resource.GroupVersionKind().GroupKind(), obj.GetName(), errs)
-	}
-	if err := s.admit(ctx, obj, old); err != nil {
-		return nil, err
 	}
 	return obj, nil
 }
@@ -850,10 +852,11 @@ func (s *Store) decode(key string, stored etcdstore.Object) (Object, error) {
 // formatRevision is how an etcd revision reads as a resourceVersion.
 func formatRevision(rev int64) string { return strconv.FormatInt(rev, 10) }
 
-// SetAdmission makes check decide, after validation, whether a create (old
-// nil) or replace of this resource may be written: the checks that need to
-// know who writes (RBAC's escalation prevention, package rbac). Its error
-// is answered as it is. Set it before the store serves.
+// SetAdmission makes check decide, before validation (as kube's RBAC
+// storage), whether a create (old nil) or replace of this resource may be
+// written: the checks that need to know who writes (RBAC's escalation
+// prevention, package rbac). Its error is answered as it is. Set it
+// before the store serves.
 func (s *Store) SetAdmission(check func(ctx context.Context, obj, old Object) error) {
 	s.admission = check
 }
