@@ -88,6 +88,9 @@ type Config struct {
 	// each controller (the garbage collector, ...): kube-controller-manager's
 	// --leader-elect-* flags.
 	LeaderElection leaderelect.Config
+	// IgnoredFlags are the kube-apiserver flags without meaning here that
+	// were given (kubeflags.go); logged at start-up.
+	IgnoredFlags []ignoredFlag
 }
 
 // DefaultConfig is dev mode: embedded etcd, loopback only.
@@ -156,6 +159,7 @@ func (cfg *Config) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "how long in-flight requests may run after the shutdown delay; watches end at once")
 	cfg.addSecurityFlags(fs)
 	cfg.addServiceAccountFlags(fs)
+	cfg.addKubeFlags(fs)
 	fs.IntVar(&cfg.MaxRequestsInFlight, "max-requests-inflight", cfg.MaxRequestsInFlight, "most read-only requests (GET, HEAD, OPTIONS; watches are not counted) served at once; more are answered 429 with Retry-After, which clients such as client-go wait for and retry; 0: no limit")
 	fs.IntVar(&cfg.MaxMutatingRequestsInFlight, "max-mutating-requests-inflight", cfg.MaxMutatingRequestsInFlight, "most mutating requests (POST, PUT, PATCH, DELETE) served at once; more are answered 429 with Retry-After; 0: no limit")
 	fs.BoolVar(&cfg.WatchCache, "watch-cache", cfg.WatchCache, "serve gets and lists (their first page; resourceVersion unset or 0) from memory: each replica keeps every object of a resource it reads current with an etcd watch and, per read, reads only etcd's current revision (one request for all reads that arrive meanwhile) and waits until it has applied it, so reads stay linearizable; false: every read goes to etcd")

@@ -47,6 +47,7 @@ import (
 // ready, if not nil, is called with the server's URL once it serves.
 func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url string)) error {
 	log := newLogger(cfg.LogFormat, logOut)
+	cfg.logIgnoredFlags(log)
 	etcdTLS, err := cfg.etcdTLS()
 	if err != nil {
 		return err

@@ -94,7 +94,7 @@ func (cfg *Config) addSecurityFlags(fs *flag.FlagSet) {
 	s := &cfg.Security
 	fs.StringVar(&s.TLSCertFile, "tls-cert-file", s.TLSCertFile, "PEM file of the serving certificate, followed by its intermediates (with --tls-private-key-file); none: Concord generates a CA and a serving certificate in --cert-dir and writes the CA and an admin credential into the kubeconfig")
 	fs.StringVar(&s.TLSPrivateKeyFile, "tls-private-key-file", s.TLSPrivateKeyFile, "PEM file of the private key of --tls-cert-file")
-	fs.StringVar(&s.CertDir, "cert-dir", s.CertDir, "directory of the certificates Concord generates without --tls-cert-file, reused at the next start while valid (default: <data-dir>/tls)")
+	fs.StringVar(&s.CertDir, "cert-dir", s.CertDir, "without --tls-cert-file: the directory of the serving certificate, apiserver.crt and apiserver.key as kube-apiserver's if they are there, otherwise of the CA and certificates Concord generates, reused at the next start while valid (default: <data-dir>/tls)")
 	fs.BoolVar(&s.InsecureServing, "insecure-serving", s.InsecureServing, "serve plain HTTP instead of HTTPS, for tests and local tools; only on a loopback --bind-address. Authentication and authorization still apply: without TLS, only bearer tokens (and --anonymous-auth) authenticate")
 	fs.StringVar(&s.ClientCAFile, "client-ca-file", s.ClientCAFile, "PEM file of the CAs whose client certificates authenticate: user = the certificate's CommonName, groups = its Organizations")
 	fs.StringVar(&s.TokenAuthFile, "token-auth-file", s.TokenAuthFile, "CSV file of bearer tokens: token,user,uid,\"group1,group2\" (kube-apiserver's format)")
@@ -102,6 +102,24 @@ func (cfg *Config) addSecurityFlags(fs *flag.FlagSet) {
 	fs.StringVar(&s.AuthorizationMode, "authorization-mode", s.AuthorizationMode, "comma list of authorizers, asked in order until one allows: RBAC (the stored Roles and bindings), Policy (--authorization-policy-file and the built-in rules), AlwaysAllow (every authenticated request); system:masters may do everything")
 	fs.StringVar(&s.AuthorizationPolicyFile, "authorization-policy-file", s.AuthorizationPolicyFile, "YAML file of authorization rules (users/groups, verbs, resources, namespaces or nonResourceURLs), for --authorization-mode=Policy; see docs/security.md")
 	fs.StringVar(&s.AuditLogPath, "audit-log-path", s.AuditLogPath, "append one JSON line per API request (time, auditID, user, groups, verb, resource, namespace, name, code, latency) to this file; - is standard output")
+}
+
+// kube-apiserver's serving certificate and key in --cert-dir.
+const (
+	kubeServingCert = "apiserver.crt"
+	kubeServingKey  = "apiserver.key"
+)
+
+// kubeServingCertIn reports whether dir holds kube-apiserver's serving
+// certificate (either file: a missing other one is an error, not a
+// generated CA).
+func kubeServingCertIn(dir string) bool {
+	for _, name := range []string{kubeServingCert, kubeServingKey} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // completeSecurity fills the defaults that depend on other settings.
@@ -227,6 +245,16 @@ func (cfg *Config) buildSecurity(log *slog.Logger) (*serving, error) {
 		}
 		out.tls = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
 		log.Info("serving HTTPS", "certificate", s.TLSCertFile)
+	case kubeServingCertIn(s.CertDir):
+		// As kube-apiserver: --cert-dir's apiserver.crt and apiserver.key,
+		// written there by whoever starts the server (envtest does).
+		certFile, keyFile := filepath.Join(s.CertDir, kubeServingCert), filepath.Join(s.CertDir, kubeServingKey)
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--cert-dir %s: %w", s.CertDir, err)
+		}
+		out.tls = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+		log.Info("serving HTTPS with --cert-dir's apiserver.crt, as kube-apiserver", "certificate", certFile)
 	default:
 		ips, dns := servingNames(cfg.BindAddress)
 		pki, err := loadOrCreatePKI(s.CertDir, ips, dns, time.Now())
