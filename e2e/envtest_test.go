@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -30,16 +30,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 )
 
-// envtestAssets is a KUBEBUILDER_ASSETS directory as setup-envtest lays it
-// out, with Concord as kube-apiserver: the built binary linked under that
-// name, etcd built from deploy/etcd, and the real kubectl.
+// envtestAssets is a KUBEBUILDER_ASSETS directory laid out by `concord
+// envtest-assets` (setup-envtest's layout): kube-apiserver and etcd are the
+// built binary, kubectl the one on PATH.
 func envtestAssets(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
-	for name, target := range map[string]string{"kube-apiserver": concordBin, "etcd": etcdBinary(t), "kubectl": "/usr/bin/kubectl"} {
-		if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
-			t.Fatal(err)
-		}
+	dir := filepath.Join(t.TempDir(), "assets")
+	out, err := exec.Command(concordBin, "envtest-assets", dir).CombinedOutput()
+	if err != nil || string(out) != "export KUBEBUILDER_ASSETS="+dir+"\n" {
+		t.Fatalf("concord envtest-assets %s: %v: %q", dir, err, out)
 	}
 	return dir
 }

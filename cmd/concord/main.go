@@ -12,6 +12,14 @@ import (
 )
 
 func main() {
+	runAsEtcdIfNamed(os.Args)
+	if len(os.Args) > 1 && os.Args[1] == "envtest-assets" {
+		if err := envtestAssetsCommand(os.Args[2:], os.Stdout); err != nil {
+			fmt.Fprintf(os.Stderr, "concord envtest-assets: %v\n", err)
+			os.Exit(2)
+		}
+		return
+	}
 	cfg := DefaultConfig()
 	fs := flag.NewFlagSet("concord", flag.ExitOnError)
 	cfg.AddFlags(fs)
