@@ -14,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -274,6 +275,32 @@ func TestEnvtest(t *testing.T) {
 	r.mu.Unlock()
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "b-data"}, &corev1.ConfigMap{}); err != nil {
 		t.Errorf("Gadget b's ConfigMap: %v; want it kept", err)
+	}
+
+	// A user of envtest's AddUser (a client certificate of its CA) is
+	// authorized by RBAC: nothing until a binding grants it.
+	dev, err := env.AddUser(envtest.User{Name: "dev", Groups: []string{"devs"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	devClient, err := client.New(dev.Config(), client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cms corev1.ConfigMapList
+	if err := devClient.List(ctx, &cms, client.InNamespace(ns)); !apierrors.IsForbidden(err) ||
+		!strings.Contains(err.Error(), `User "dev" cannot list resource "configmaps" in API group "" in the namespace "envtest"`) {
+		t.Errorf("dev lists ConfigMaps before any grant: %v; want 403", err)
+	}
+	if err := c.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "devs-view", Namespace: ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "view"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "devs"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := devClient.List(ctx, &cms, client.InNamespace(ns)); err != nil || len(cms.Items) != 1 || cms.Items[0].Name != "b-data" {
+		t.Errorf("dev lists ConfigMaps after the grant: %v, %d items; want b-data", err, len(cms.Items))
 	}
 
 	stopManager()
