@@ -156,7 +156,9 @@ func TestWebhookValidation(t *testing.T) {
 		mutating bool
 		config   string // metadata.name; "" is "x"
 		hooks    []admissionregistrationv1.ValidatingWebhook
-		causes   []string // field: message; none: accepted
+		// reinvocationPolicy, when set, is the mutating webhooks'.
+		reinvocationPolicy admissionregistrationv1.ReinvocationPolicyType
+		causes             []string // field: message; none: accepted
 	}{
 		{name: "valid", hooks: hook(func(*admissionregistrationv1.ValidatingWebhook) {})},
 		{name: "no webhooks", hooks: nil},
@@ -227,7 +229,9 @@ func TestWebhookValidation(t *testing.T) {
 			`webhooks[0].rules[0].operations[0]: Unsupported value: "PATCH": supported values: "*", "CONNECT", "CREATE", "DELETE", "UPDATE"`,
 			`webhooks[0].rules[0].scope: Unsupported value: "Global": supported values: "*", "Cluster", "Namespaced"`,
 		}},
-		{name: "empty rule", hooks: hook(func(h *admissionregistrationv1.ValidatingWebhook) { h.Rules[0] = admissionregistrationv1.RuleWithOperations{} }),
+		{name: "empty rule", hooks: hook(func(h *admissionregistrationv1.ValidatingWebhook) {
+			h.Rules[0] = admissionregistrationv1.RuleWithOperations{}
+		}),
 			causes: []string{
 				"webhooks[0].rules[0].operations: Required value",
 				"webhooks[0].rules[0].apiGroups: Required value",
@@ -248,7 +252,7 @@ func TestWebhookValidation(t *testing.T) {
 			`webhooks[0].namespaceSelector.matchExpressions[0].operator: Invalid value: "Like": not a valid selector operator`,
 			`webhooks[0].objectSelector.matchLabels: Invalid value: "-bad-": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')`,
 		}},
-		{name: "unknown reinvocationPolicy", mutating: true, hooks: hook(func(h *admissionregistrationv1.ValidatingWebhook) {}),
+		{name: "unknown reinvocationPolicy", mutating: true, hooks: hook(func(*admissionregistrationv1.ValidatingWebhook) {}), reinvocationPolicy: "Always",
 			causes: []string{`webhooks[0].reinvocationPolicy: Unsupported value: "Always": supported values: "IfNeeded", "Never"`}},
 		{name: "match conditions: duplicate, unnamed, not a bool, not CEL", hooks: hook(func(h *admissionregistrationv1.ValidatingWebhook) {
 			h.MatchConditions = []admissionregistrationv1.MatchCondition{
@@ -278,14 +282,15 @@ func TestWebhookValidation(t *testing.T) {
 			if tc.mutating {
 				m := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name}}
 				for _, h := range tc.hooks {
-					m.Webhooks = append(m.Webhooks, admissionregistrationv1.MutatingWebhook{
+					mh := admissionregistrationv1.MutatingWebhook{
 						Name: h.Name, ClientConfig: h.ClientConfig, Rules: h.Rules, FailurePolicy: h.FailurePolicy, MatchPolicy: h.MatchPolicy,
 						NamespaceSelector: h.NamespaceSelector, ObjectSelector: h.ObjectSelector, SideEffects: h.SideEffects,
 						TimeoutSeconds: h.TimeoutSeconds, AdmissionReviewVersions: h.AdmissionReviewVersions, MatchConditions: h.MatchConditions,
-					})
-				}
-				if tc.name == "unknown reinvocationPolicy" {
-					m.Webhooks[0].ReinvocationPolicy = ptr.To(admissionregistrationv1.ReinvocationPolicyType("Always"))
+					}
+					if tc.reinvocationPolicy != "" {
+						mh.ReinvocationPolicy = &tc.reinvocationPolicy
+					}
+					m.Webhooks = append(m.Webhooks, mh)
 				}
 				store, obj = mutating, m
 			}
