@@ -241,8 +241,9 @@ type webhookRules struct {
 	// ignoreMatchConditions: they are as stored, and not checked again.
 	ignoreMatchConditions bool
 	// storedExpressions are the stored matchConditions' expressions, which
-	// compile in CEL's stored environment (a library since removed from
-	// the new-expressions environment still compiles).
+	// compile in CEL's stored-expressions environment, as kube's: it has
+	// the libraries too new for a new expression at the compatibility
+	// version, so that a server rolled back still reads them.
 	storedExpressions sets.Set[string]
 }
 
@@ -291,8 +292,8 @@ func hasAcceptedAdmissionReviewVersion(versions []string) bool {
 }
 
 var (
-	// acceptedAdmissionReviewVersions are those kube's webhook client
-	// sends, in its order (its messages list them so).
+	// acceptedAdmissionReviewVersions are the AdmissionReview versions kube
+	// can send a webhook, in kube's order (its messages list them so).
 	acceptedAdmissionReviewVersions = []string{"v1", "v1beta1"}
 	supportedFailurePolicies        = sets.New(string(admissionregistrationv1.Ignore), string(admissionregistrationv1.Fail))
 	supportedMatchPolicies          = sets.New(string(admissionregistrationv1.Exact), string(admissionregistrationv1.Equivalent))
