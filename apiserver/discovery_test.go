@@ -71,11 +71,13 @@ var kubeStorageVersionHashes = map[string]string{
 	"v1/serviceaccounts":            "pbx9ZvyFpBE=",
 	"coordination.k8s.io/v1/leases": "gqkMMb/YqFM=",
 	"events.k8s.io/v1/events":       "r2yiGXH7wu8=",
-	"apiextensions.k8s.io/v1/customresourcedefinitions": "M5uH+AlWATY=",
-	"rbac.authorization.k8s.io/v1/clusterrolebindings":  "48tpQ8gZHFc=",
-	"rbac.authorization.k8s.io/v1/clusterroles":         "bYE5ZWDrJ44=",
-	"rbac.authorization.k8s.io/v1/rolebindings":         "eGsCzGH6b1g=",
-	"rbac.authorization.k8s.io/v1/roles":                "7FuwZcIIItM=",
+	"apiextensions.k8s.io/v1/customresourcedefinitions":               "M5uH+AlWATY=",
+	"rbac.authorization.k8s.io/v1/clusterrolebindings":                "48tpQ8gZHFc=",
+	"rbac.authorization.k8s.io/v1/clusterroles":                       "bYE5ZWDrJ44=",
+	"rbac.authorization.k8s.io/v1/rolebindings":                       "eGsCzGH6b1g=",
+	"rbac.authorization.k8s.io/v1/roles":                              "7FuwZcIIItM=",
+	"admissionregistration.k8s.io/v1/mutatingwebhookconfigurations":   "Sqi0GUgDaX0=",
+	"admissionregistration.k8s.io/v1/validatingwebhookconfigurations": "B0wHjQmsGNk=",
 }
 
 // wantResources is what discovery must say of every declared resource,
@@ -184,7 +186,7 @@ func TestDiscoveryClientAggregated(t *testing.T) {
 	for _, g := range groups {
 		names = append(names, g.Name+"/"+g.PreferredVersion.Version)
 	}
-	if diff := cmp.Diff([]string{"/v1", "apiextensions.k8s.io/v1", "authentication.k8s.io/v1", "authorization.k8s.io/v1", "coordination.k8s.io/v1", "events.k8s.io/v1", "rbac.authorization.k8s.io/v1"}, names); diff != "" {
+	if diff := cmp.Diff([]string{"/v1", "admissionregistration.k8s.io/v1", "apiextensions.k8s.io/v1", "authentication.k8s.io/v1", "authorization.k8s.io/v1", "coordination.k8s.io/v1", "events.k8s.io/v1", "rbac.authorization.k8s.io/v1"}, names); diff != "" {
 		t.Errorf("groups (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff(wantResources(true), gotResources(lists), sortResources, cmpopts.EquateEmpty()); diff != "" {
@@ -250,8 +252,8 @@ func TestDiscoveryClientLegacy(t *testing.T) {
 	for _, g := range groups.Groups {
 		groupNames = append(groupNames, g.Name)
 	}
-	if groups.Kind != "APIGroupList" || !cmp.Equal(groupNames, []string{"apiextensions.k8s.io", "authentication.k8s.io", "authorization.k8s.io", "coordination.k8s.io", "events.k8s.io", "rbac.authorization.k8s.io"}) {
-		t.Errorf("GET /apis (application/json): %+v; want APIGroupList with apiextensions.k8s.io, authentication.k8s.io, authorization.k8s.io, coordination.k8s.io, events.k8s.io and rbac.authorization.k8s.io", groups)
+	if groups.Kind != "APIGroupList" || !cmp.Equal(groupNames, []string{"admissionregistration.k8s.io", "apiextensions.k8s.io", "authentication.k8s.io", "authorization.k8s.io", "coordination.k8s.io", "events.k8s.io", "rbac.authorization.k8s.io"}) {
+		t.Errorf("GET /apis (application/json): %+v; want APIGroupList with admissionregistration.k8s.io, apiextensions.k8s.io, authentication.k8s.io, authorization.k8s.io, coordination.k8s.io, events.k8s.io and rbac.authorization.k8s.io", groups)
 	}
 }
 
@@ -339,8 +341,8 @@ func TestDiscoveryAggregatedNegotiation(t *testing.T) {
 		groupNames = append(groupNames, g.Name)
 	}
 	sort.Strings(groupNames)
-	if !cmp.Equal(groupNames, []string{"apiextensions.k8s.io", "authentication.k8s.io", "authorization.k8s.io", "coordination.k8s.io", "events.k8s.io", "rbac.authorization.k8s.io"}) {
-		t.Errorf("/apis aggregated groups %v; want [apiextensions.k8s.io authentication.k8s.io authorization.k8s.io coordination.k8s.io events.k8s.io rbac.authorization.k8s.io]", groupNames)
+	if !cmp.Equal(groupNames, []string{"admissionregistration.k8s.io", "apiextensions.k8s.io", "authentication.k8s.io", "authorization.k8s.io", "coordination.k8s.io", "events.k8s.io", "rbac.authorization.k8s.io"}) {
+		t.Errorf("/apis aggregated groups %v; want [admissionregistration.k8s.io apiextensions.k8s.io authentication.k8s.io authorization.k8s.io coordination.k8s.io events.k8s.io rbac.authorization.k8s.io]", groupNames)
 	}
 	for _, g := range apis.Items {
 		if g.Name != "coordination.k8s.io" {
