@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"go.etcd.io/etcd/server/v3/etcdmain"
 )
@@ -14,12 +16,31 @@ import (
 // The binary is also etcd when started under that name: controller-runtime's
 // envtest runs <assets>/etcd and <assets>/kube-apiserver, and one binary
 // linked as both (envtestAssets) is all a suite needs. etcd is the version
-// Concord is built with, its own main and flags.
+// Concord is built with, its own main and flags, with one default changed
+// (testEtcdTimings).
 func runAsEtcdIfNamed(args []string) {
 	if filepath.Base(args[0]) == "etcd" {
-		etcdmain.Main(args)
+		etcdmain.Main(testEtcdTimings(args))
 		os.Exit(0)
 	}
+}
+
+// testEtcdTimings adds a 10 ms heartbeat and a 100 ms election timeout to
+// the command line of a one-member etcd (no --initial-cluster) that sets
+// neither: on loopback a new member then elects itself within 10–100 ms
+// instead of etcd's 0.1–1 s (its 1 s election timeout, randomized, less
+// the ticks it skips as a single node), which was most of envtest's
+// start-up. A command line that sets them, or any cluster, is left as it
+// is.
+func testEtcdTimings(args []string) []string {
+	for _, a := range args[1:] {
+		for _, name := range []string{"heartbeat-interval", "election-timeout", "initial-cluster", "config-file", "help", "h", "version"} {
+			if a == "-"+name || a == "--"+name || strings.HasPrefix(a, "-"+name+"=") || strings.HasPrefix(a, "--"+name+"=") {
+				return args
+			}
+		}
+	}
+	return append(slices.Clone(args), "--heartbeat-interval=10", "--election-timeout=100")
 }
 
 // envtestAssetsCommand is `concord envtest-assets DIR`: it lays DIR out as

@@ -48,3 +48,25 @@ func TestEnvtestAssetsCommand(t *testing.T) {
 		t.Errorf("no directory: %v; want the usage", err)
 	}
 }
+
+// TestTestEtcdTimings: a one-member etcd without timings gets the short
+// ones; a command line that sets a timing, names a cluster, or asks for
+// help or the version is left alone.
+func TestTestEtcdTimings(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"etcd", "--data-dir=/d", "--listen-client-urls=http://127.0.0.1:1"}, "etcd --data-dir=/d --listen-client-urls=http://127.0.0.1:1 --heartbeat-interval=10 --election-timeout=100"},
+		{[]string{"etcd"}, "etcd --heartbeat-interval=10 --election-timeout=100"},
+		{[]string{"etcd", "--election-timeout=500"}, "etcd --election-timeout=500"},
+		{[]string{"etcd", "--heartbeat-interval", "50"}, "etcd --heartbeat-interval 50"},
+		{[]string{"etcd", "-initial-cluster=a=http://x:2380,b=http://y:2380"}, "etcd -initial-cluster=a=http://x:2380,b=http://y:2380"},
+		{[]string{"etcd", "--help"}, "etcd --help"},
+		{[]string{"etcd", "--version"}, "etcd --version"},
+	} {
+		if got := strings.Join(testEtcdTimings(tc.args), " "); got != tc.want {
+			t.Errorf("%q: %q; want %q", tc.args, got, tc.want)
+		}
+	}
+}

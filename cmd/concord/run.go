@@ -218,8 +218,10 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 	if readHeaderTimeout <= 0 {
 		readHeaderTimeout = 32 * time.Second
 	}
+	drain := newDrainer()
 	srv := &http.Server{
-		Handler:           handler,
+		Handler:           drain.handler(handler),
+		ConnState:         drain.connState,
 		ReadHeaderTimeout: readHeaderTimeout,
 		IdleTimeout:       90 * time.Second,
 		MaxHeaderBytes:    1 << 20,
@@ -302,7 +304,7 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 	log.Info("shutting down: finishing in-flight requests", "timeout", cfg.ShutdownTimeout.String())
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
+	if err := drain.shutdown(shutdownCtx, srv); err != nil {
 		return fmt.Errorf("shutdown: in-flight requests did not finish within %s: %w", cfg.ShutdownTimeout, err)
 	}
 	// Watches that took their connection over from net/http are not
