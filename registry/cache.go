@@ -97,6 +97,10 @@ const (
 // etcd's revision before it reads etcd instead (kube-apiserver waits 3 s).
 const cacheWaitTimeout = 3 * time.Second
 
+// progressRetry is how long a read waiting for the cache waits for a
+// progress report before it asks etcd again.
+const progressRetry = 100 * time.Millisecond
+
 func newReadCache(s *Store) *readCache {
 	return &readCache{store: s, advanced: make(chan struct{})}
 }
@@ -164,9 +168,12 @@ func (c *readCache) await(ctx context.Context) (ok bool, _ error) {
 			timer = time.NewTimer(cacheWaitTimeout)
 		}
 		// A progress report answers for every revision current when it was
-		// asked for: ask again only if the last request predates want.
+		// asked for: ask again only if the last request predates want, or
+		// went unanswered for progressRetry (etcd defers a request on a
+		// stream with a watch still catching up, and answers it only when
+		// an event comes by on that stream).
 		var ask *etcdstore.Watch
-		if c.askedAt.Before(wantAt) {
+		if c.askedAt.Before(wantAt) || time.Since(c.askedAt) >= progressRetry {
 			c.askedAt, ask = time.Now(), c.watch
 		}
 		advanced := c.advanced
@@ -175,16 +182,21 @@ func (c *readCache) await(ctx context.Context) (ok bool, _ error) {
 			// A failed request makes this read wait for the timeout.
 			_ = ask.RequestProgress()
 		}
+		retry := time.NewTimer(progressRetry)
 		select {
 		case <-advanced:
+		case <-retry.C:
 		case <-timer.C:
+			retry.Stop()
 			// A watch that neither delivers nor reports progress is of no
 			// use: start over, so that later reads do not wait as well.
 			c.resetIf(gen)
 			return false, nil
 		case <-ctx.Done():
+			retry.Stop()
 			return false, ctx.Err()
 		}
+		retry.Stop()
 		c.mu.Lock()
 	}
 	if c.state != cacheReady {
