@@ -4,14 +4,17 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -148,6 +151,11 @@ func TestEnvtest(t *testing.T) {
 		BinaryAssetsDirectory: assets,
 		CRDDirectoryPaths:     []string{crdDir},
 		ErrorIfCRDPathMissing: true,
+		// As a kubebuilder project with a webhook: envtest points it at its
+		// local port and waits until it is stored (Concord does not call it).
+		WebhookInstallOptions: envtest.WebhookInstallOptions{
+			ValidatingWebhooks: []*admissionregistrationv1.ValidatingWebhookConfiguration{gadgetWebhook()},
+		},
 		ControlPlane: envtest.ControlPlane{
 			APIServer: &envtest.APIServer{Out: &apiserverLog, Err: &apiserverLog},
 		},
@@ -177,6 +185,17 @@ func TestEnvtest(t *testing.T) {
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
+	}
+	var hook admissionregistrationv1.ValidatingWebhookConfiguration
+	if err := c.Get(context.Background(), client.ObjectKey{Name: "gadgets.envtest.concord.dev"}, &hook); err != nil {
+		t.Fatalf("the webhook configuration envtest installed: %v", err)
+	}
+	// envtest's URL: https://host:port/ followed by the service's path.
+	wantURL := fmt.Sprintf("https://%s//validate-gadget", net.JoinHostPort(env.WebhookInstallOptions.LocalServingHost, strconv.Itoa(env.WebhookInstallOptions.LocalServingPort)))
+	if cc := hook.Webhooks[0].ClientConfig; cc.URL == nil || *cc.URL != wantURL || cc.Service != nil || len(cc.CABundle) == 0 ||
+		*hook.Webhooks[0].FailurePolicy != admissionregistrationv1.Fail || *hook.Webhooks[0].TimeoutSeconds != 10 {
+		t.Errorf("stored webhook: URL %v, service %v, %d bytes of CA, failurePolicy %v, timeoutSeconds %v; want envtest's URL %s and CA bundle, kube's defaults Fail and 10",
+			ptrString(cc.URL), cc.Service, len(cc.CABundle), ptrString(hook.Webhooks[0].FailurePolicy), ptrString(hook.Webhooks[0].TimeoutSeconds), wantURL)
 	}
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
@@ -310,6 +329,31 @@ func TestEnvtest(t *testing.T) {
 	}
 	if !strings.Contains(apiserverLog.String(), `"msg":"stopped"`) {
 		t.Errorf("Concord did not log a clean stop:\n%s", apiserverLog.tail(20))
+	}
+}
+
+// ptrString is what p points at, or nil.
+func ptrString[T any](p *T) string {
+	if p == nil {
+		return "nil"
+	}
+	return fmt.Sprint(*p)
+}
+
+// gadgetWebhook is a kubebuilder-style validating webhook of Gadgets.
+func gadgetWebhook() *admissionregistrationv1.ValidatingWebhookConfiguration {
+	none := admissionregistrationv1.SideEffectClassNone
+	path := "/validate-gadget"
+	return &admissionregistrationv1.ValidatingWebhookConfiguration{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration"},
+		ObjectMeta: metav1.ObjectMeta{Name: "gadgets.envtest.concord.dev"},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name:                    "vgadget.envtest.concord.dev",
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{Namespace: "system", Name: "webhook-service", Path: &path}},
+			Rules:                   []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update}, Rule: admissionregistrationv1.Rule{APIGroups: []string{"envtest.concord.dev"}, APIVersions: []string{"v1"}, Resources: []string{"gadgets"}}}},
+			SideEffects:             &none,
+			AdmissionReviewVersions: []string{"v1"},
+		}},
 	}
 }
 
