@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -45,6 +46,7 @@ const kubeVersion = "v1.37.2"
 //
 //	go test ./e2e -run '^$' -bench BenchmarkEnvtest -benchtime 5x
 func BenchmarkEnvtest(b *testing.B) {
+	ctrl.SetLogger(logr.Discard())
 	kube := kubeAPIServerBinary(b)
 	servers := []struct{ name, bin string }{{"concord", concordBin}, {"kube", kube}}
 	assets := map[string]string{}
