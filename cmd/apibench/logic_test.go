@@ -119,6 +119,85 @@ func TestSummarize(t *testing.T) {
 	}
 }
 
+// TestCPUPerOp checks CPU µs per operation: cores × window seconds × 1e6
+// over the operations, per window and pooled over the rounds, and how the
+// table prints it.
+func TestCPUPerOp(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		cores float64
+		wall  float64
+		ops   int64
+		want  float64 // NaN: unknown
+		text  string
+	}{
+		{"half a core for 2 s over 10,000 ops", 0.5, 2, 10000, 100, "100"},
+		{"one core for 1 s over 40,000 events", 1, 1, 40000, 25, "25.0"},
+		{"a tenth of a core for 3 s over 100,000 ops", 0.1, 3, 100000, 3, "3.00"},
+		{"a list: 1.07 cores for 3 s over 3,126", 1.07, 3, 3126, 1026.87, "1027"},
+		{"idle process", 0, 3, 100, 0, "0.00"},
+		{"no operation completed", 0.5, 2, 0, nan, "-"},
+		{"no pid", nan, 2, 10000, nan, "-"},
+	} {
+		use := cpuUse{Client: tc.cores, Server: tc.cores, Etcd: tc.cores, Wall: tc.wall}
+		got := use.time().perOp(tc.ops)
+		for _, x := range []jfloat{got.Client, got.Server, got.Etcd} {
+			if math.IsNaN(tc.want) != math.IsNaN(float64(x)) || math.Abs(float64(x)-tc.want) > 0.01 {
+				t.Errorf("%s: %g cores × %gs / %d ops = %g µs/op; want %g", tc.name, tc.cores, tc.wall, tc.ops, x, tc.want)
+			}
+		}
+		if text := fmtMicros(got.Server); text != tc.text {
+			t.Errorf("%s: fmtMicros(%g) = %q; want %q", tc.name, got.Server, text, tc.text)
+		}
+	}
+
+	// A summary pools the rounds: all their CPU time over all their
+	// operations, not the median of the rounds' µs/op.
+	s := &Summary{Workload: "create", Rounds: []RoundResult{{Ops: 10000}, {Ops: 5000}}}
+	for _, u := range []cpuUse{{Client: 0.2, Server: 0.5, Etcd: 1, Wall: 2}, {Client: 0.2, Server: 1, Etcd: nan, Wall: 1}} {
+		s.cpuSec = s.cpuSec.plus(u.time())
+	}
+	summarize(s, nil)
+	if s.CPUPerOp.Server != 2e6/15000 || !math.IsNaN(float64(s.CPUPerOp.Etcd)) {
+		t.Errorf("pooled µs/op: server %g, etcd %g; want %g (2 CPU seconds over 15,000 ops), unknown (one round unknown)", s.CPUPerOp.Server, s.CPUPerOp.Etcd, 2e6/15000)
+	}
+
+	rep := &Report{Targets: []TargetSpec{{Name: "concord", Kind: kindURL}}, Resources: []string{"configmaps"}, Rounds: 1, Duration: "1s",
+		Results: []*Summary{
+			{Workload: "create", Target: "concord", Kind: kindURL, Resource: "configmaps", OpsMedian: 5000, Ratio: 1,
+				CPU: CPUJSON{Client: 0.3, Server: 0.6, Etcd: 0.7}, CPUPerOp: CPUJSON{Client: 60, Server: 120, Etcd: 140}},
+			{Workload: "watch", Target: "concord", Kind: kindURL, Resource: "configmaps", OpsMedian: 40000, P99Ratio: 1, Watch: &WatchRound{},
+				CPU: CPUJSON{Client: 0.6, Server: 0.4, Etcd: 0.1}, CPUPerOp: CPUJSON{Client: 15, Server: 10.5, Etcd: jfloat(nan)}},
+		}}
+	var out strings.Builder
+	writeTable(&out, rep)
+	for _, want := range []string{"CPU client  server  etcd  µs/op server  etcd  notes", "µs/event server  etcd  notes", "µs/op: the process's CPU time"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table has no %q:\n%s", want, out.String())
+		}
+	}
+	for _, line := range strings.Split(out.String(), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) > 1 && f[0] == "create":
+			if got := strings.Join(f[len(f)-5:], " "); got != "0.30 0.60 0.70 120 140" {
+				t.Errorf("create row ends %q; want the cores and µs/op of server and etcd", got)
+			}
+		case len(f) > 1 && f[0] == "concord":
+			if got := strings.Join(f[len(f)-5:], " "); got != "0.60 0.40 0.10 10.5 -" {
+				t.Errorf("watch row ends %q; want the cores and µs/event of server and etcd", got)
+			}
+		}
+	}
+	data, err := json.Marshal(rep.Results[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `"cpuMicrosPerOp":{"client":60,"server":120,"etcd":140}`; !strings.Contains(string(data), want) {
+		t.Errorf("JSON %s has no %s", data, want)
+	}
+}
+
 func TestSummarizeContended(t *testing.T) {
 	s := &Summary{Workload: "contended", Rounds: []RoundResult{
 		{OpsPerSec: 10, Ops: 30, Conflicts: 70, LostIncrements: 0, samples: merge([]time.Duration{1})},

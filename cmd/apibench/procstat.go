@@ -91,6 +91,32 @@ type cpuUse struct {
 	Wall float64
 }
 
+// cpuTime is the CPU time of each process over a window, in seconds
+// (cores × window seconds), NaN when unknown.
+type cpuTime struct {
+	Client, Server, Etcd float64
+}
+
+func (u cpuUse) time() cpuTime {
+	return cpuTime{Client: u.Client * u.Wall, Server: u.Server * u.Wall, Etcd: u.Etcd * u.Wall}
+}
+
+func (t cpuTime) plus(o cpuTime) cpuTime {
+	return cpuTime{Client: t.Client + o.Client, Server: t.Server + o.Server, Etcd: t.Etcd + o.Etcd}
+}
+
+// perOp is the CPU µs per operation of each process when ops operations
+// completed in t: NaN when the time is unknown or nothing completed.
+func (t cpuTime) perOp(ops int64) CPUJSON {
+	micros := func(sec float64) jfloat {
+		if ops <= 0 {
+			return jfloat(nan)
+		}
+		return jfloat(sec * 1e6 / float64(ops))
+	}
+	return CPUJSON{Client: micros(t.Client), Server: micros(t.Server), Etcd: micros(t.Etcd)}
+}
+
 func (m *cpuMeter) stop() cpuUse {
 	wall := time.Since(m.start).Seconds()
 	client := selfCPU()

@@ -35,6 +35,21 @@ func fmtMs(x jfloat) string {
 
 func fmtRatio(x jfloat) string { return num("%.2f×", x) }
 
+// fmtMicros prints CPU µs per operation with three significant digits or
+// so, "-" when unknown.
+func fmtMicros(x jfloat) string {
+	f := float64(x)
+	switch {
+	case math.IsNaN(f) || math.IsInf(f, 0):
+		return "-"
+	case f < 10:
+		return fmt.Sprintf("%.2f", f)
+	case f < 100:
+		return fmt.Sprintf("%.1f", f)
+	}
+	return fmt.Sprintf("%.0f", f)
+}
+
 // roundLine is the progress line of a finished window.
 func roundLine(r RoundResult) string {
 	var b strings.Builder
@@ -111,11 +126,12 @@ func writeTable(out io.Writer, rep *Report) {
 	}
 	if len(ops) > 0 {
 		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-		fmt.Fprintf(tw, "workload\ttarget%s\tops/s\tmin–max\tvs %s\tp50\tp99\tCPU client\tserver\tetcd\tnotes\n", resHead, first)
+		fmt.Fprintf(tw, "workload\ttarget%s\tops/s\tmin–max\tvs %s\tp50\tp99\tCPU client\tserver\tetcd\tµs/op server\tetcd\tnotes\n", resHead, first)
 		for _, s := range ops {
-			fmt.Fprintf(tw, "%s\t%s%s\t%s\t%s–%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Workload, s.Target, resCols(s),
+			fmt.Fprintf(tw, "%s\t%s%s\t%s\t%s–%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Workload, s.Target, resCols(s),
 				num("%.0f", s.OpsMedian), num("%.0f", s.OpsMin), num("%.0f", s.OpsMax), fmtRatio(s.Ratio),
-				fmtMs(s.P50ms), fmtMs(s.P99ms), num("%.2f", s.CPU.Client), num("%.2f", s.CPU.Server), num("%.2f", s.CPU.Etcd), notes(s))
+				fmtMs(s.P50ms), fmtMs(s.P99ms), num("%.2f", s.CPU.Client), num("%.2f", s.CPU.Server), num("%.2f", s.CPU.Etcd),
+				fmtMicros(s.CPUPerOp.Server), fmtMicros(s.CPUPerOp.Etcd), notes(s))
 		}
 		tw.Flush()
 		fmt.Fprintln(out)
@@ -124,16 +140,17 @@ func writeTable(out io.Writer, rep *Report) {
 		w := watch[0].Watch
 		fmt.Fprintf(out, "watch: %d watchers, %s writes/s for %s per round\n", w.Watchers, num("%g", w.WriteRate), rep.Duration)
 		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-		fmt.Fprintf(tw, "target%s\tevents/s\tp50\tp99\tmax\tp99 vs %s\tlost\tdup\tout-of-order\topen (s)\tRSS/watcher\tCPU client\tserver\tetcd\tnotes\n", resHead, first)
+		fmt.Fprintf(tw, "target%s\tevents/s\tp50\tp99\tmax\tp99 vs %s\tlost\tdup\tout-of-order\topen (s)\tRSS/watcher\tCPU client\tserver\tetcd\tµs/event server\tetcd\tnotes\n", resHead, first)
 		for _, s := range watch {
 			w := s.Watch
 			rss := "-"
 			if !math.IsNaN(float64(w.RSSPerWatcherKiB)) {
 				rss = fmt.Sprintf("%.1f KiB", float64(w.RSSPerWatcherKiB))
 			}
-			fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Target, resCols(s), num("%.0f", s.OpsMedian),
+			fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Target, resCols(s), num("%.0f", s.OpsMedian),
 				fmtMs(s.P50ms), fmtMs(s.P99ms), fmtMs(s.MaxMs), fmtRatio(s.P99Ratio), w.Lost, w.Duplicated, w.OutOfOrder,
-				num("%.2f", w.OpenSec), rss, num("%.2f", s.CPU.Client), num("%.2f", s.CPU.Server), num("%.2f", s.CPU.Etcd), notes(s))
+				num("%.2f", w.OpenSec), rss, num("%.2f", s.CPU.Client), num("%.2f", s.CPU.Server), num("%.2f", s.CPU.Etcd),
+				fmtMicros(s.CPUPerOp.Server), fmtMicros(s.CPUPerOp.Etcd), notes(s))
 		}
 		tw.Flush()
 		fmt.Fprintln(out)
@@ -148,6 +165,7 @@ func writeTable(out io.Writer, rep *Report) {
 	if len(ops)+len(watch) > 0 {
 		fmt.Fprintln(out, "ops/s: median of the rounds (min–max); p50/p99 over every operation of every round.")
 		fmt.Fprintln(out, "CPU: cores busy during the windows (1.00 = one core all the time), median of the rounds; client is apibench itself.")
+		fmt.Fprintln(out, "µs/op: the process's CPU time over every round divided by the operations they completed (watch: by the events received).")
 	}
 	if custom && len(ops)+len(watch) > 0 {
 		fmt.Fprintln(out, "resource: what the workload wrote (etcd targets: Concord's ConfigMap layout); a custom object's payload is shorter, so that its JSON is as long as a ConfigMap's.")

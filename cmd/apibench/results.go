@@ -32,6 +32,8 @@ type RoundResult struct {
 	P99ms      jfloat  `json:"p99ms"`
 	MaxMs      jfloat  `json:"maxMs"`
 	CPU        CPUJSON `json:"cpuCores"`
+	// CPUPerOp is the window's CPU time per operation, in µs.
+	CPUPerOp CPUJSON `json:"cpuMicrosPerOp"`
 	// contended
 	Conflicts         int64 `json:"conflicts,omitempty"`
 	CounterDelta      int64 `json:"counterDelta,omitempty"`
@@ -46,7 +48,8 @@ type RoundResult struct {
 	itemsChecked bool
 }
 
-// CPUJSON is CPU use in cores over a window: client is apibench itself.
+// CPUJSON is one CPU figure per process, cores busy or µs per operation:
+// client is apibench itself.
 type CPUJSON struct {
 	Client jfloat `json:"client"`
 	Server jfloat `json:"server"`
@@ -131,7 +134,7 @@ type Summary struct {
 	Notes   []string      `json:"notes,omitempty"`
 	Rounds  []RoundResult `json:"rounds"`
 
-	cpuSec cpuUse // CPU seconds summed over the rounds
+	cpuSec cpuTime // summed over the rounds
 }
 
 // Report is a whole run.
@@ -257,13 +260,7 @@ func summarize(s *Summary, base *Summary) {
 		s.P50ms, s.P99ms, s.MaxMs = jfloat(nan), jfloat(nan), jfloat(nan)
 	}
 	s.CPU = CPUJSON{Client: med(client), Server: med(server), Etcd: med(etcd)}
-	perOp := func(sec float64) jfloat {
-		if totalOps == 0 {
-			return jfloat(nan)
-		}
-		return jfloat(sec / float64(totalOps) * 1e6)
-	}
-	s.CPUPerOp = CPUJSON{Client: perOp(s.cpuSec.Client), Server: perOp(s.cpuSec.Server), Etcd: perOp(s.cpuSec.Etcd)}
+	s.CPUPerOp = s.cpuSec.perOp(totalOps)
 	if s.Workload == "contended" {
 		if attempts := totalOps + s.Conflicts; attempts > 0 {
 			s.ConflictRate = jfloat(float64(s.Conflicts) / float64(attempts))

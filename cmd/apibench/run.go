@@ -282,10 +282,9 @@ func measure(ctx context.Context, cfg Config, rep *Report, targets []*target, p 
 		use := cpu.stop()
 		r.Round = win.Round
 		r.CPU = cpuJSON(use)
+		r.CPUPerOp = use.time().perOp(r.Ops)
 		s := summaries[win.Target]
-		s.cpuSec.Client += use.Client * use.Wall
-		s.cpuSec.Server += use.Server * use.Wall
-		s.cpuSec.Etcd += use.Etcd * use.Wall
+		s.cpuSec = s.cpuSec.plus(use.time())
 		s.Rounds = append(s.Rounds, r)
 		p.done(fmt.Sprintf("%s: %s", label, roundLine(r)))
 	}
