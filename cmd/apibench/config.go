@@ -61,7 +61,11 @@ type Config struct {
 	// Resources are what the API targets' workloads write, each measured
 	// as a target of its own (etcd targets keep Concord's ConfigMap
 	// layout); the first is the one resourceRatio is relative to.
-	Resources   []string
+	Resources []string
+	// Protobuf makes the API targets' workloads send and accept Kubernetes
+	// protobuf for ConfigMaps; custom resources stay JSON (kube serves no
+	// protobuf for them), and raw etcd is unaffected.
+	Protobuf    bool
 	GetObjects  int
 	ListObjects int
 	Watchers    int
@@ -139,6 +143,7 @@ func (cfg *Config) AddFlags(fs *flag.FlagSet) {
 		cfg.Resources = commaList(s)
 		return nil
 	})
+	fs.BoolVar(&cfg.Protobuf, "protobuf", cfg.Protobuf, "API targets send and accept Kubernetes protobuf (application/vnd.kubernetes.protobuf, client-go's default) instead of JSON for ConfigMaps, watches included; widgets stay JSON, as kube serves no protobuf for custom resources")
 	fs.IntVar(&cfg.CRDs, "crds", cfg.CRDs, "CRDs the crds workload installs (distinct groups and kinds, small schemas)")
 	fs.StringVar(&cfg.ReplicaBin, "replica-bin", cfg.ReplicaBin, "concord binary the crds workload starts replicas of on --replica-etcd, to time their start-up and measure memory per idle CRD (none: not measured)")
 	fs.StringVar(&cfg.ReplicaEtcd, "replica-etcd", cfg.ReplicaEtcd, "comma-separated etcd client URLs of the target, for the replicas of --replica-bin (their --etcd-servers)")
@@ -250,11 +255,14 @@ func (cfg *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("--resource: %q is not one of %s", r, strings.Join(allResources, ",")))
 		}
 	}
+	api := false
+	for _, t := range cfg.Targets {
+		api = api || t.Kind != kindEtcd
+	}
+	if cfg.Protobuf && !api && len(cfg.Targets) > 0 {
+		errs = append(errs, errors.New("--protobuf: needs an API target (--target or --kubeconfig); raw etcd is measured with its own gRPC requests"))
+	}
 	if slices.Contains(cfg.Workloads, "crds") {
-		api := false
-		for _, t := range cfg.Targets {
-			api = api || t.Kind != kindEtcd
-		}
 		if !api && len(cfg.Targets) > 0 {
 			errs = append(errs, errors.New("--workload crds: needs an API target (--target or --kubeconfig); raw etcd has no CRDs"))
 		}

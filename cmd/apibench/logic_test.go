@@ -300,6 +300,7 @@ func TestFlagsInvalid(t *testing.T) {
 		{[]string{"--target", "a=http://x", "--namespace", "Bad_NS"}, "--namespace"},
 		{[]string{"--target", "a=http://x", "--etcd-prefix", "registry"}, "--etcd-prefix"},
 		{[]string{"--target", "a=http://x", "--write-rate", "0"}, "--write-rate"},
+		{[]string{"--etcd", "a=http://x", "--protobuf"}, "--protobuf: needs an API target"},
 	} {
 		_, err := parseFlags(t, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -717,6 +718,82 @@ func TestApplyWorkload(t *testing.T) {
 	for _, line := range strings.Split(out.String(), "\n") {
 		if f := strings.Fields(line); len(f) > 1 && f[0] == "apply" && f[1] == "etcd" {
 			t.Errorf("a row for the skipped apply on etcd: %q", line)
+		}
+	}
+}
+
+// TestProtobufFlag checks --protobuf: off by default, on for the API
+// targets' ConfigMaps only (widgets stay JSON), and with raw etcd only
+// refused (TestFlagsInvalid).
+func TestProtobufFlag(t *testing.T) {
+	if DefaultConfig().Protobuf {
+		t.Error("protobuf is on by default; want JSON")
+	}
+	cfg, err := parseFlags(t, "--etcd", "etcd=http://127.0.0.1:1", "--target", "concord=http://127.0.0.1:2", "--protobuf", "--resource", "configmaps,widgets")
+	if err != nil || !cfg.Protobuf {
+		t.Fatalf("--protobuf with an API and an etcd target: protobuf %v, %v", cfg.Protobuf, err)
+	}
+	targets, err := connect(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, tg := range targets {
+		tg.b.close()
+		enc := "etcd"
+		if tg.api != nil {
+			enc = tg.api.encoding() + " accepts " + tg.api.accept()
+		}
+		got = append(got, tg.label+": "+enc)
+	}
+	want := []string{
+		"etcd: etcd",
+		"concord/configmaps: protobuf accepts application/vnd.kubernetes.protobuf, application/json",
+		"concord/widgets: json accepts application/json",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("encodings (-want +got):\n%s", diff)
+	}
+	for _, tc := range []struct {
+		contentType string
+		want        bool
+	}{
+		{"application/vnd.kubernetes.protobuf", true},
+		{"application/vnd.kubernetes.protobuf;stream=watch", true},
+		{"application/vnd.kubernetes.protobuf ; stream=watch", true},
+		{"application/json", false},
+		{"", false},
+	} {
+		if got := isProtobuf(tc.contentType); got != tc.want {
+			t.Errorf("isProtobuf(%q) = %v; want %v", tc.contentType, got, tc.want)
+		}
+	}
+}
+
+// TestEncodingLine checks the header line that says what the API targets'
+// requests and answers were.
+func TestEncodingLine(t *testing.T) {
+	result := func(res, enc string) *Summary { return &Summary{Workload: "create", Resource: res, Encoding: enc} }
+	for _, tc := range []struct {
+		name     string
+		protobuf bool
+		results  []*Summary
+		want     string
+	}{
+		{"JSON, the default", false, []*Summary{result("configmaps", encodingJSON), result("configmaps", "")},
+			"encoding on the API targets: JSON for configmaps"},
+		{"protobuf", true, []*Summary{result("configmaps", ""), result("configmaps", encodingProtobuf), result("configmaps", encodingProtobuf)},
+			"encoding on the API targets: protobuf (application/vnd.kubernetes.protobuf) for configmaps"},
+		{"protobuf and widgets", true, []*Summary{result("configmaps", encodingProtobuf), result("widgets", encodingJSON)},
+			"encoding on the API targets: protobuf (application/vnd.kubernetes.protobuf) for configmaps; JSON for widgets (kube serves no protobuf for custom resources)"},
+		{"widgets alone with protobuf", true, []*Summary{result("widgets", encodingJSON)},
+			"encoding on the API targets: JSON for widgets (kube serves no protobuf for custom resources)"},
+		{"JSON with widgets", false, []*Summary{result("configmaps", encodingJSON), result("widgets", encodingJSON)},
+			"encoding on the API targets: JSON for configmaps; JSON for widgets"},
+		{"raw etcd alone", false, []*Summary{result("configmaps", "")}, ""},
+	} {
+		if got := encodingLine(&Report{Protobuf: tc.protobuf, Results: tc.results}); got != tc.want {
+			t.Errorf("%s: encodingLine = %q; want %q", tc.name, got, tc.want)
 		}
 	}
 }

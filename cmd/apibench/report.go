@@ -84,6 +84,9 @@ func writeTable(out io.Writer, rep *Report) {
 	first := rep.Targets[0].Name
 	fmt.Fprintf(out, "apibench: %d round(s) × %s per target, interleaved; %d workers, %d-byte objects; ratios are to %s (the first target)\n",
 		rep.Rounds, rep.Duration, rep.Workers, rep.Object, first)
+	if line := encodingLine(rep); line != "" {
+		fmt.Fprintln(out, line)
+	}
 	fmt.Fprintf(out, "machine: %d CPUs, load average %s at the start, %s at the end\n\n", rep.CPUs, rep.LoadStart, rep.LoadEnd)
 	multi := len(rep.Resources) > 1
 	custom := multi || (len(rep.Resources) == 1 && rep.Resources[0] != configMaps.Name)
@@ -184,6 +187,31 @@ func writeTable(out io.Writer, rep *Report) {
 	for _, f := range rep.Failures {
 		fmt.Fprintf(out, "FAILED: %s\n", f)
 	}
+}
+
+// encodingLine says what the API targets' requests and answers were, per
+// resource ("" when no API target ran a workload).
+func encodingLine(rep *Report) string {
+	var parts []string
+	seen := map[string]bool{}
+	for _, s := range rep.Results {
+		if s.Encoding == "" || seen[s.Resource] {
+			continue
+		}
+		seen[s.Resource] = true
+		switch {
+		case s.Encoding == encodingProtobuf:
+			parts = append(parts, "protobuf ("+mediaProtobuf+") for "+s.Resource)
+		case rep.Protobuf:
+			parts = append(parts, "JSON for "+s.Resource+" (kube serves no protobuf for custom resources)")
+		default:
+			parts = append(parts, "JSON for "+s.Resource)
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "encoding on the API targets: " + strings.Join(parts, "; ")
 }
 
 // summaryLabel names a result's target as progress lines do: with

@@ -97,6 +97,9 @@ type Summary struct {
 	// Resource is what the workload wrote (configmaps for etcd targets:
 	// Concord's ConfigMap layout).
 	Resource string `json:"resource"`
+	// Encoding is what an API target's requests and answers were: json or
+	// protobuf (none for etcd targets).
+	Encoding string `json:"encoding,omitempty"`
 	// Ops per second: the median of the rounds, and their range.
 	OpsMedian jfloat `json:"opsPerSecMedian"`
 	OpsMin    jfloat `json:"opsPerSecMin"`
@@ -143,6 +146,8 @@ type Report struct {
 	RunID     string       `json:"runID"`
 	Targets   []TargetSpec `json:"targets"`
 	Resources []string     `json:"resources"`
+	// Protobuf is --protobuf; each result's Encoding is what it used.
+	Protobuf bool `json:"protobuf"`
 	// Objects is the JSON size of one object of every target.
 	Objects  []ObjectSize `json:"objects"`
 	Rounds   int          `json:"rounds"`

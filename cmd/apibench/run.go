@@ -136,6 +136,7 @@ func connect(cfg Config) ([]*target, error) {
 			return nil, fmt.Errorf("target %s: %w", spec.Name, err)
 		}
 		if api != nil {
+			api.pb = cfg.Protobuf
 			for _, name := range cfg.Resources {
 				b := api.withResource(resourceNamed(name))
 				add(b.res, b, b)
@@ -164,7 +165,7 @@ func run(ctx context.Context, cfg Config, progressOut io.Writer) (*Report, error
 	p := newProgress(progressOut, cfg.Progress)
 	defer p.close()
 
-	rep := &Report{Started: time.Now().UTC(), RunID: newRunID(), Targets: cfg.Targets, Resources: cfg.Resources, Rounds: cfg.Rounds,
+	rep := &Report{Started: time.Now().UTC(), RunID: newRunID(), Targets: cfg.Targets, Resources: cfg.Resources, Protobuf: cfg.Protobuf, Rounds: cfg.Rounds,
 		Duration: cfg.Duration.String(), Workers: cfg.Workers, Object: cfg.ObjectSize, CPUs: runtime.NumCPU(), LoadStart: loadAverage()}
 
 	measureErr := measure(ctx, cfg, rep, targets, p)
@@ -254,6 +255,9 @@ func measure(ctx context.Context, cfg Config, rep *Report, targets []*target, p 
 			current = win.Workload
 			for _, t := range targets {
 				s := &Summary{Workload: win.Workload, Target: t.spec.Name, Kind: t.spec.Kind, Resource: t.res.Name}
+				if t.api != nil {
+					s.Encoding = t.api.encoding()
+				}
 				if why := notApplicable(win.Workload, t); why != "" {
 					// No windows on this target, and no row in the table.
 					s.Skipped = why
