@@ -26,6 +26,17 @@ func (h *resourceHandler) list(w http.ResponseWriter, r *http.Request, namespace
 			return
 		}
 	}
+	if wantsProtobuf(r) {
+		list, served, err := h.store.ListProtobuf(r.Context(), namespace, opts)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		if served {
+			writeProtobufList(w, r, list)
+			return
+		}
+	}
 	list, err := h.store.List(r.Context(), namespace, opts)
 	if err != nil {
 		writeError(w, r, err)

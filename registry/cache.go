@@ -3,6 +3,7 @@ package registry
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"sort"
 	"strings"
 	"sync"
@@ -57,6 +58,26 @@ type cacheEntry struct {
 	// served: the stored value is the object as served (asServed).
 	servedOnce sync.Once
 	served     bool
+	// encoded is the decoded object's protobuf encoding, made by the first
+	// protobuf list that serves it (protobuf).
+	protoOnce sync.Once
+	encoded   []byte
+	protoErr  error
+}
+
+// protobuf is obj's (the entry's decoded object) protobuf encoding, shared
+// by every list that serves the entry: the entry is one revision of the
+// object, and never changes.
+func (e *cacheEntry) protobuf(obj Object) ([]byte, error) {
+	e.protoOnce.Do(func() {
+		m, ok := obj.(protoMarshaler)
+		if !ok {
+			e.protoErr = fmt.Errorf("%T has no protobuf encoding", obj)
+			return
+		}
+		e.encoded, e.protoErr = m.Marshal()
+	})
+	return e.encoded, e.protoErr
 }
 
 func (e *cacheEntry) decode(s *Store) (Object, error) {
