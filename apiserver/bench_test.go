@@ -27,12 +27,15 @@ func benchClient() *http.Client {
 	return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 }
 
-func benchDo(b *testing.B, c *http.Client, method, url, body string) []byte {
+func benchDo(b *testing.B, c *http.Client, method, url, body string, header ...string) []byte {
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	if err != nil {
 		b.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
 	resp, err := c.Do(req)
 	if err != nil {
 		b.Fatal(err)
@@ -123,6 +126,14 @@ func BenchmarkPath(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				benchDo(b, c, http.MethodGet, s.URL+nsPath+"/g", "")
+			}
+		})
+	})
+	b.Run("get/concord-protobuf", func(b *testing.B) {
+		b.SetParallelism(16)
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				benchDo(b, c, http.MethodGet, s.URL+nsPath+"/g", "", "Accept", "application/vnd.kubernetes.protobuf")
 			}
 		})
 	})

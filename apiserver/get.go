@@ -45,6 +45,22 @@ func (h *resourceHandler) getObject(w http.ResponseWriter, r *http.Request, name
 		writeJSON(w, r, http.StatusOK, raw)
 		return
 	}
+	if wantsProtobuf(r) {
+		obj, served, err := h.store.GetProtobuf(r.Context(), namespace, name)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		if served {
+			w.Header().Set("ETag", etag(obj.ResourceVersion))
+			if conditional && ifNoneMatch.weakMatch(obj.ResourceVersion) {
+				w.WriteHeader(http.StatusNotModified)
+				return
+			}
+			writeProtobuf(w, r, len(obj.Encoded)+256, obj) // the framing and TypeMeta: well below 256 bytes
+			return
+		}
+	}
 	obj, err := h.store.Get(r.Context(), namespace, name)
 	if err != nil {
 		writeError(w, r, err)

@@ -33,7 +33,7 @@ func (h *resourceHandler) list(w http.ResponseWriter, r *http.Request, namespace
 			return
 		}
 		if served {
-			writeProtobufList(w, r, list)
+			writeProtobuf(w, r, 64<<10, list)
 			return
 		}
 	}

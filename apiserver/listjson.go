@@ -64,8 +64,9 @@ func writeJSON(w http.ResponseWriter, r *http.Request, code int, obj []byte) {
 	}
 }
 
-// wantsProtobuf reports whether a list may take the protobuf fast path:
-// the client's preferred format is Kubernetes protobuf, and not a Table.
+// wantsProtobuf reports whether a get or list may take the protobuf fast
+// path: the client's preferred format is Kubernetes protobuf, and not a
+// Table.
 func wantsProtobuf(r *http.Request) bool {
 	if wantsTable(r) {
 		return false
@@ -74,15 +75,16 @@ func wantsProtobuf(r *http.Request) bool {
 	return err == nil && info.MediaType == runtime.ContentTypeProtobuf
 }
 
-// writeProtobufList writes a list whose items are protobuf already, the
-// same bytes the protobuf serializer gives the typed list.
-func writeProtobufList(w http.ResponseWriter, r *http.Request, list *registry.ProtobufList) {
+// writeProtobuf writes a list or an object whose items are protobuf
+// already, the same bytes the protobuf serializer gives the typed object,
+// through a buffer of at most bufSize bytes.
+func writeProtobuf(w http.ResponseWriter, r *http.Request, bufSize int, obj interface{ WriteProtobuf(*bufio.Writer) error }) {
 	w.Header().Set("Content-Type", runtime.ContentTypeProtobuf)
 	w.Header().Set("Cache-Control", "no-cache, private")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(http.StatusOK)
-	bw := bufio.NewWriterSize(w, 64<<10)
-	err := list.WriteProtobuf(bw)
+	bw := bufio.NewWriterSize(w, min(bufSize, 64<<10))
+	err := obj.WriteProtobuf(bw)
 	if err == nil {
 		err = bw.Flush()
 	}

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
@@ -98,5 +99,48 @@ func TestListProtobufFastPathAnswersWhatDecodingAnswers(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestGetProtobufFastPathAnswersWhatDecodingAnswers: the same for one
+// object: its bytes are the serializer's, its content the decoding path's,
+// its ETag the object's version, and If-None-Match of it is 304.
+func TestGetProtobufFastPathAnswersWhatDecodingAnswers(t *testing.T) {
+	s := startServer(t)
+	c := s.create(t, "default", "one", map[string]string{"app": "web"})
+	c.Data = map[string]string{"b": "2", "a": "1"}
+	s.put(t, c)
+	codec := protobuf.NewSerializer(registry.Scheme, registry.Scheme)
+	for _, path := range []string{nsPath + "/one", "/api/v1/namespaces/default"} {
+		fast := s.do(t, http.MethodGet, path, nil, "Accept", "application/vnd.kubernetes.protobuf")
+		if fast.Code != http.StatusOK || fast.Header.Get("Content-Type") != "application/vnd.kubernetes.protobuf" {
+			t.Fatalf("%s: %d %q", path, fast.Code, fast.Header.Get("Content-Type"))
+		}
+		got, _, err := codec.Decode(fast.Body, nil, nil)
+		if err != nil {
+			t.Fatalf("%s: decode: %v", path, err)
+		}
+		var again bytes.Buffer
+		if err := codec.Encode(got, &again); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(again.Bytes(), fast.Body) {
+			t.Fatalf("%s: %d bytes; the serializer writes that object in %d other bytes", path, len(fast.Body), again.Len())
+		}
+		want, _ := registry.Scheme.New(got.GetObjectKind().GroupVersionKind())
+		s.do(t, http.MethodGet, path+"?pretty=true", nil).decode(t, want)
+		if diff := cmp.Diff(got, want, compactFields, cmpopts.EquateEmpty()); diff != "" {
+			t.Fatalf("%s: fast path differs from decoding (-protobuf +decoded):\n%s", path, diff)
+		}
+		rv := want.(metav1.Object).GetResourceVersion()
+		if tag := fast.Header.Get("ETag"); tag != `"`+rv+`"` {
+			t.Errorf("%s: ETag %q; want %q", path, tag, `"`+rv+`"`)
+		}
+		if resp := s.do(t, http.MethodGet, path, nil, "Accept", "application/vnd.kubernetes.protobuf", "If-None-Match", `"`+rv+`"`); resp.Code != http.StatusNotModified || len(resp.Body) != 0 {
+			t.Errorf("%s with If-None-Match of its version: %d %q; want 304, no body", path, resp.Code, resp.Body)
+		}
+	}
+	if resp := s.do(t, http.MethodGet, nsPath+"/missing", nil, "Accept", "application/vnd.kubernetes.protobuf"); resp.Code != http.StatusNotFound {
+		t.Errorf("a missing object in protobuf: %d; want 404", resp.Code)
 	}
 }

@@ -79,6 +79,57 @@ func (s *Store) ListProtobuf(ctx context.Context, namespace string, opts *metain
 	}, true, nil
 }
 
+// ProtobufObject is a get answer in protobuf already: the cached object's
+// encoding, made once for every get and list that serves its revision.
+type ProtobufObject struct {
+	Kind, APIVersion string
+	ResourceVersion  string
+	Encoded          []byte
+}
+
+// GetProtobuf is Get for a client that takes Kubernetes protobuf (a
+// linearizable read, as Get). served is false for a resource without a
+// protobuf encoding (custom resources).
+func (s *Store) GetProtobuf(ctx context.Context, namespace, name string) (_ *ProtobufObject, served bool, _ error) {
+	if _, ok := s.Resource.New().(protoMarshaler); !ok {
+		return nil, false, nil
+	}
+	stored, cached, err := s.read(ctx, namespace, name)
+	if err != nil {
+		return nil, true, err
+	}
+	var encoded []byte
+	if cached != nil {
+		shared, err := cached.decode(s)
+		if err != nil {
+			return nil, true, err
+		}
+		// Clients read, edit and write back: remember what they read.
+		s.recent.put(s.recentKey(namespace, name), stored, shared)
+		encoded, err = cached.protobuf(shared)
+		if err != nil {
+			return nil, true, err
+		}
+	} else {
+		obj, err := s.decode(s.keyOf(namespace, name), stored)
+		if err != nil {
+			return nil, true, err
+		}
+		s.recent.put(s.recentKey(namespace, name), stored, copyObject(obj))
+		if encoded, err = obj.(protoMarshaler).Marshal(); err != nil {
+			return nil, true, err
+		}
+	}
+	gvk := s.Resource.GroupVersionKind()
+	return &ProtobufObject{Kind: gvk.Kind, APIVersion: gvk.GroupVersion().String(), ResourceVersion: formatRevision(stored.Revision), Encoded: encoded}, true, nil
+}
+
+// WriteProtobuf writes the object as apimachinery's protobuf serializer
+// does (see ProtobufList.WriteProtobuf).
+func (o *ProtobufObject) WriteProtobuf(w *bufio.Writer) error {
+	return writeUnknown(w, o.APIVersion, o.Kind, len(o.Encoded), func() { w.Write(o.Encoded) })
+}
+
 // protobufPrefix starts every Kubernetes protobuf message (apimachinery's
 // protobuf serializer).
 var protobufPrefix = []byte{0x6b, 0x38, 0x73, 0x00}
@@ -95,21 +146,29 @@ func (l *ProtobufList) WriteProtobuf(w *bufio.Writer) error {
 	if err != nil {
 		return err
 	}
-	typeMeta, err := (&runtime.TypeMeta{APIVersion: l.APIVersion, Kind: l.Kind}).Marshal()
-	if err != nil {
-		return err
-	}
 	raw := 1 + varintSize(len(meta)) + len(meta)
 	for _, it := range l.Items {
 		raw += 1 + varintSize(len(it)) + len(it)
 	}
+	return writeUnknown(w, l.APIVersion, l.Kind, raw, func() {
+		writeField(w, 0x0a, meta)
+		for _, it := range l.Items {
+			writeField(w, 0x12, it)
+		}
+	})
+}
+
+// writeUnknown writes the prefix and a runtime.Unknown of apiVersion and
+// kind whose raw value, rawSize bytes, writeRaw writes.
+func writeUnknown(w *bufio.Writer, apiVersion, kind string, rawSize int, writeRaw func()) error {
+	typeMeta, err := (&runtime.TypeMeta{APIVersion: apiVersion, Kind: kind}).Marshal()
+	if err != nil {
+		return err
+	}
 	w.Write(protobufPrefix)
 	writeField(w, 0x0a, typeMeta)
-	writeTag(w, 0x12, raw)
-	writeField(w, 0x0a, meta)
-	for _, it := range l.Items {
-		writeField(w, 0x12, it)
-	}
+	writeTag(w, 0x12, rawSize)
+	writeRaw()
 	_, err = w.Write([]byte{0x1a, 0x00, 0x22, 0x00})
 	return err
 }
