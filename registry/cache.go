@@ -59,15 +59,15 @@ type cacheEntry struct {
 	servedOnce sync.Once
 	served     bool
 	// encoded is the decoded object's protobuf encoding, made by the first
-	// protobuf list that serves it (protobuf).
+	// protobuf get or list that serves it (protobuf).
 	protoOnce sync.Once
 	encoded   []byte
 	protoErr  error
 }
 
 // protobuf is obj's (the entry's decoded object) protobuf encoding, shared
-// by every list that serves the entry: the entry is one revision of the
-// object, and never changes.
+// by every get and list that serves the entry: the entry is one revision of
+// the object, and never changes.
 func (e *cacheEntry) protobuf(obj Object) ([]byte, error) {
 	e.protoOnce.Do(func() {
 		m, ok := obj.(protoMarshaler)
