@@ -115,13 +115,7 @@ func (s *Store) List(ctx context.Context, namespace string, opts *metainternalve
 	var items []runtime.Object
 	bad := s.newCorruptItems(plan.filter)
 	rev, token, remaining, err := s.listPages(ctx, namespace, opts, plan, func(key string, stored etcdstore.Object, cached *cacheEntry) (bool, error) {
-		var obj Object
-		var err error
-		if cached != nil {
-			obj, err = cached.decode(s) // shared: the list only reads it
-		} else {
-			obj, err = s.decode(key, stored)
-		}
+		obj, err := s.listed(key, stored, cached)
 		if err != nil {
 			return false, bad.add(err)
 		}
@@ -138,6 +132,15 @@ func (s *Store) List(ctx context.Context, namespace string, opts *metainternalve
 		return nil, err
 	}
 	return s.newList(items, rev, token, remaining)
+}
+
+// listed is the object a list reads at key: the cache's (shared: the list
+// only reads it), or decoded from stored.
+func (s *Store) listed(key string, stored etcdstore.Object, cached *cacheEntry) (Object, error) {
+	if cached != nil {
+		return cached.decode(s)
+	}
+	return s.decode(key, stored)
 }
 
 // listPlan is what a list's options mean for the reads.

@@ -17,6 +17,19 @@ type protoMarshaler interface {
 	Marshal() ([]byte, error)
 }
 
+// protobufOf is obj's protobuf encoding: the cache entry's, made once, when
+// obj is the cached one.
+func protobufOf(obj Object, cached *cacheEntry) ([]byte, error) {
+	if cached != nil {
+		return cached.protobuf(obj)
+	}
+	m, ok := obj.(protoMarshaler)
+	if !ok {
+		return nil, fmt.Errorf("%T has no protobuf encoding", obj)
+	}
+	return m.Marshal()
+}
+
 // ProtobufList is a list answer whose items are protobuf already: an object
 // of the read cache is encoded once, for every list that serves it at that
 // revision (cacheEntry.protobuf), instead of once per list.
@@ -39,25 +52,14 @@ func (s *Store) ListProtobuf(ctx context.Context, namespace string, opts *metain
 	var items [][]byte
 	bad := s.newCorruptItems(plan.filter)
 	rev, token, remaining, err := s.listPages(ctx, namespace, opts, plan, func(key string, stored etcdstore.Object, cached *cacheEntry) (bool, error) {
-		var obj Object
-		var err error
-		if cached != nil {
-			obj, err = cached.decode(s)
-		} else {
-			obj, err = s.decode(key, stored)
-		}
+		obj, err := s.listed(key, stored, cached)
 		if err != nil {
 			return false, bad.add(err)
 		}
 		if !plan.filter.matches(obj) {
 			return false, nil
 		}
-		var encoded []byte
-		if cached != nil {
-			encoded, err = cached.protobuf(obj)
-		} else {
-			encoded, err = obj.(protoMarshaler).Marshal()
-		}
+		encoded, err := protobufOf(obj, cached)
 		if err != nil {
 			return false, fmt.Errorf("protobuf encoding of %s: %w", key, err)
 		}
@@ -98,27 +100,13 @@ func (s *Store) GetProtobuf(ctx context.Context, namespace, name string) (_ *Pro
 	if err != nil {
 		return nil, true, err
 	}
-	var encoded []byte
-	if cached != nil {
-		shared, err := cached.decode(s)
-		if err != nil {
-			return nil, true, err
-		}
-		// Clients read, edit and write back: remember what they read.
-		s.recent.put(s.recentKey(namespace, name), stored, shared)
-		encoded, err = cached.protobuf(shared)
-		if err != nil {
-			return nil, true, err
-		}
-	} else {
-		obj, err := s.decode(s.keyOf(namespace, name), stored)
-		if err != nil {
-			return nil, true, err
-		}
-		s.recent.put(s.recentKey(namespace, name), stored, copyObject(obj))
-		if encoded, err = obj.(protoMarshaler).Marshal(); err != nil {
-			return nil, true, err
-		}
+	obj, _, err := s.served(namespace, name, stored, cached)
+	if err != nil {
+		return nil, true, err
+	}
+	encoded, err := protobufOf(obj, cached)
+	if err != nil {
+		return nil, true, err
 	}
 	gvk := s.Resource.GroupVersionKind()
 	return &ProtobufObject{Kind: gvk.Kind, APIVersion: gvk.GroupVersion().String(), ResourceVersion: formatRevision(stored.Revision), Encoded: encoded}, true, nil

@@ -160,22 +160,31 @@ func (s *Store) GetFromStorage(ctx context.Context, namespace, name string) (Obj
 // got is the object Get answers for what read returned: a copy the caller
 // may change.
 func (s *Store) got(namespace, name string, stored etcdstore.Object, cached *cacheEntry) (Object, error) {
+	obj, shared, err := s.served(namespace, name, stored, cached)
+	if err != nil || !shared {
+		return obj, err
+	}
+	return copyObject(obj), nil
+}
+
+// served is the object a read of namespace/name answers for what read
+// returned, remembered as what the client read (clients read, edit and
+// write back). shared: it is the cache's, never to be changed.
+func (s *Store) served(namespace, name string, stored etcdstore.Object, cached *cacheEntry) (obj Object, shared bool, _ error) {
 	if cached != nil {
-		shared, err := cached.decode(s)
+		obj, err := cached.decode(s)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
-		// Clients read, edit and write back: remember what they read.
-		s.recent.put(s.recentKey(namespace, name), stored, shared)
-		return copyObject(shared), nil
+		s.recent.put(s.recentKey(namespace, name), stored, obj)
+		return obj, true, nil
 	}
 	obj, err := s.decode(s.keyOf(namespace, name), stored)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	// Clients read, edit and write back: remember what they read.
 	s.recent.put(s.recentKey(namespace, name), stored, copyObject(obj))
-	return obj, nil
+	return obj, false, nil
 }
 
 // read returns the current stored state of one object, linearizably: from
