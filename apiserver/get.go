@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/concord-dev/concord/apiserver/filters"
 )
@@ -30,7 +31,8 @@ func (h *resourceHandler) getObject(w http.ResponseWriter, r *http.Request, name
 		writeError(w, r, err)
 		return
 	}
-	if wantsPlainJSON(r) {
+	format := fastFormat(r)
+	if format == runtime.ContentTypeJSON {
 		// Objects are stored as JSON: pass it through.
 		raw, rv, err := h.store.GetJSON(r.Context(), namespace, name)
 		if err != nil {
@@ -45,7 +47,7 @@ func (h *resourceHandler) getObject(w http.ResponseWriter, r *http.Request, name
 		writeJSON(w, r, http.StatusOK, raw)
 		return
 	}
-	if wantsProtobuf(r) {
+	if format == runtime.ContentTypeProtobuf {
 		obj, served, err := h.store.GetProtobuf(r.Context(), namespace, name)
 		if err != nil {
 			writeError(w, r, err)

@@ -1,6 +1,10 @@
 package apiserver
 
-import "net/http"
+import (
+	"net/http"
+
+	"k8s.io/apimachinery/pkg/runtime"
+)
 
 // list answers a GET of a collection: a list, or a watch when the options
 // ask for one (?watch).
@@ -15,7 +19,8 @@ func (h *resourceHandler) list(w http.ResponseWriter, r *http.Request, namespace
 		h.serveWatch(w, r, namespace, "", opts)
 		return
 	}
-	if wantsPlainJSON(r) {
+	format := fastFormat(r)
+	if format == runtime.ContentTypeJSON {
 		list, served, err := h.store.ListJSON(r.Context(), namespace, opts)
 		if err != nil {
 			writeError(w, r, err)
@@ -26,7 +31,7 @@ func (h *resourceHandler) list(w http.ResponseWriter, r *http.Request, namespace
 			return
 		}
 	}
-	if wantsProtobuf(r) {
+	if format == runtime.ContentTypeProtobuf {
 		list, served, err := h.store.ListProtobuf(r.Context(), namespace, opts)
 		if err != nil {
 			writeError(w, r, err)

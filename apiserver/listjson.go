@@ -10,14 +10,22 @@ import (
 	"github.com/concord-dev/concord/registry"
 )
 
-// wantsPlainJSON reports whether a list may take the JSON fast path: the
-// client's preferred format is JSON, not a Table, and not pretty-printed.
-func wantsPlainJSON(r *http.Request) bool {
-	if wantsTable(r) || wantsPretty(r) {
-		return false
+// fastFormat is the media type a get or list may be written in without
+// encoding its objects: JSON (the stored bytes) or Kubernetes protobuf
+// (the cache's encodings), when that is the client's preferred format and
+// it asks for no Table; JSON not pretty-printed. "" otherwise.
+func fastFormat(r *http.Request) string {
+	if wantsTable(r) {
+		return ""
 	}
 	info, err := responseSerializer(r)
-	return err == nil && info.MediaType == runtime.ContentTypeJSON
+	switch {
+	case err != nil:
+		return ""
+	case info.MediaType == runtime.ContentTypeJSON && !wantsPretty(r), info.MediaType == runtime.ContentTypeProtobuf:
+		return info.MediaType
+	}
+	return ""
 }
 
 // writeJSONList writes a list whose items are JSON already, in the same
@@ -62,17 +70,6 @@ func writeJSON(w http.ResponseWriter, r *http.Request, code int, obj []byte) {
 	if _, err := w.Write(append(obj, '\n')); err != nil {
 		logger(r).Warn("write response", "err", err)
 	}
-}
-
-// wantsProtobuf reports whether a get or list may take the protobuf fast
-// path: the client's preferred format is Kubernetes protobuf, and not a
-// Table.
-func wantsProtobuf(r *http.Request) bool {
-	if wantsTable(r) {
-		return false
-	}
-	info, err := responseSerializer(r)
-	return err == nil && info.MediaType == runtime.ContentTypeProtobuf
 }
 
 // writeProtobuf writes a list or an object whose items are protobuf
