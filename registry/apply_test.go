@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -40,11 +41,49 @@ func entries(t *testing.T, obj metav1.Object) []entry {
 	return out
 }
 
+// wantEntries checks obj's managedFields: in kube's order (operation,
+// then time in seconds, then manager, apiVersion, subresource) by their own
+// times, and holding want. The entries are compared in that order without
+// the times, which only decide it when two writes fall in different seconds.
 func wantEntries(t *testing.T, what string, obj metav1.Object, want ...entry) {
 	t.Helper()
-	if diff := cmp.Diff(want, entries(t, obj)); diff != "" {
+	mf := obj.GetManagedFields()
+	if !sort.SliceIsSorted(mf, func(i, j int) bool {
+		p, q := mf[i], mf[j]
+		if p.Operation != q.Operation {
+			return p.Operation < q.Operation
+		}
+		if p.Time != nil && q.Time != nil && p.Time.Unix() != q.Time.Unix() {
+			return p.Time.Unix() < q.Time.Unix()
+		}
+		return entryLess(entry{Manager: p.Manager, APIVersion: p.APIVersion, Subresource: p.Subresource},
+			entry{Manager: q.Manager, APIVersion: q.APIVersion, Subresource: q.Subresource})
+	}) {
+		t.Errorf("%s: managedFields not in kube's order: %+v", what, mf)
+	}
+	timeless := func(es []entry) []entry {
+		out := slices.Clone(es)
+		sort.SliceStable(out, func(i, j int) bool {
+			if out[i].Operation != out[j].Operation {
+				return out[i].Operation < out[j].Operation
+			}
+			return entryLess(out[i], out[j])
+		})
+		return out
+	}
+	if diff := cmp.Diff(timeless(want), timeless(entries(t, obj))); diff != "" {
 		t.Errorf("%s: managedFields (-want +got):\n%s", what, diff)
 	}
+}
+
+func entryLess(p, q entry) bool {
+	if p.Manager != q.Manager {
+		return p.Manager < q.Manager
+	}
+	if p.APIVersion != q.APIVersion {
+		return p.APIVersion < q.APIVersion
+	}
+	return p.Subresource < q.Subresource
 }
 
 // wantStatus checks that err is the Status code, reason and message, and
