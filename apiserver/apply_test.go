@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -36,9 +38,40 @@ func managedOf(t *testing.T, obj metav1.Object) []managed {
 	return out
 }
 
+// wantManaged checks obj's managedFields: in kube's order (operation,
+// then time in seconds, then manager, apiVersion, subresource) by their own
+// times, and holding want, compared in that order without the times, which
+// only decide it when two writes fall in different seconds.
 func wantManaged(t *testing.T, what string, obj metav1.Object, want ...managed) {
 	t.Helper()
-	if diff := cmp.Diff(want, managedOf(t, obj)); diff != "" {
+	mf := obj.GetManagedFields()
+	less := func(p, q managed) bool {
+		if p.Operation != q.Operation {
+			return p.Operation < q.Operation
+		}
+		if p.Manager != q.Manager {
+			return p.Manager < q.Manager
+		}
+		if p.APIVersion != q.APIVersion {
+			return p.APIVersion < q.APIVersion
+		}
+		return p.Subresource < q.Subresource
+	}
+	if !sort.SliceIsSorted(mf, func(i, j int) bool {
+		p, q := mf[i], mf[j]
+		if ps, qs := unixOf(p.Time), unixOf(q.Time); p.Operation == q.Operation && ps != qs {
+			return ps < qs
+		}
+		return less(managed{p.Manager, string(p.Operation), p.APIVersion, p.Subresource, ""}, managed{q.Manager, string(q.Operation), q.APIVersion, q.Subresource, ""})
+	}) {
+		t.Errorf("%s: managedFields not in kube's order: %+v", what, mf)
+	}
+	timeless := func(ms []managed) []managed {
+		out := slices.Clone(ms)
+		sort.SliceStable(out, func(i, j int) bool { return less(out[i], out[j]) })
+		return out
+	}
+	if diff := cmp.Diff(timeless(want), timeless(managedOf(t, obj))); diff != "" {
 		t.Errorf("%s: managedFields (-want +got):\n%s", what, diff)
 	}
 }
@@ -380,4 +413,12 @@ func unstructuredInt(obj map[string]any, fields ...string) (int64, bool, error) 
 		return int64(n), true, nil
 	}
 	return 0, false, nil
+}
+
+// unixOf is a managedFields time in seconds, 0 for none, as kube sorts them.
+func unixOf(t *metav1.Time) int64 {
+	if t == nil {
+		return 0
+	}
+	return t.Unix()
 }

@@ -53,8 +53,8 @@ func wantEntries(t *testing.T, what string, obj metav1.Object, want ...entry) {
 		if p.Operation != q.Operation {
 			return p.Operation < q.Operation
 		}
-		if p.Time != nil && q.Time != nil && p.Time.Unix() != q.Time.Unix() {
-			return p.Time.Unix() < q.Time.Unix()
+		if ps, qs := unixOf(p.Time), unixOf(q.Time); ps != qs {
+			return ps < qs
 		}
 		return entryLess(entry{Manager: p.Manager, APIVersion: p.APIVersion, Subresource: p.Subresource},
 			entry{Manager: q.Manager, APIVersion: q.APIVersion, Subresource: q.Subresource})
@@ -641,4 +641,12 @@ func TestDropManagedFieldsOnlyOnADefiniteRefusal(t *testing.T) {
 			t.Errorf("%s: dropped %v, managedFields left %v; want dropped %v", tc.name, got, cm.ManagedFields, tc.drop)
 		}
 	}
+}
+
+// unixOf is a managedFields time in seconds, 0 for none, as kube sorts them.
+func unixOf(t *metav1.Time) int64 {
+	if t == nil {
+		return 0
+	}
+	return t.Unix()
 }
