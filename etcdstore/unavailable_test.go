@@ -128,7 +128,7 @@ func TestWatchStartIsTimed(t *testing.T) {
 	s := etcdstore.NewWithOptions(e.Client, "/registry", etcdstore.Options{Metrics: metrics})
 	ctx, cancel := context.WithCancel(testContext(t))
 	defer cancel()
-	if _, err := s.Watch(ctx, "leases", 0); err != nil {
+	if _, err := s.Watch(ctx, "leases", 0, etcdstore.WatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	families, err := reg.Gather()

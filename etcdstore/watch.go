@@ -22,7 +22,8 @@ type Event struct {
 	Key string
 	// Value is the new value; nil when the key was deleted.
 	Value []byte
-	// PrevValue is the value before the change; nil when the key was created.
+	// PrevValue is the value before the change; nil when the key was
+	// created, and unless the watch asked for it (WatchOptions.PrevValues).
 	PrevValue []byte
 	// Revision is the etcd revision of the change.
 	Revision int64
@@ -99,16 +100,24 @@ func (s *Store) CurrentRevision(ctx context.Context) (int64, error) {
 	return resp.Header.Revision, nil
 }
 
+// WatchOptions qualify one watch.
+type WatchOptions struct {
+	// PrevValues: events carry the value before the change. etcd then reads
+	// it from its backend for every update and delete, and sends it along:
+	// a watcher that knows the previous state already should not ask.
+	PrevValues bool
+}
+
 // Watch streams every change to resource's keys after revision from, in
 // order, until ctx ends (the channel then closes) or an error (sent as the
 // last response). A revision that was compacted gives ErrCompacted.
-func (s *Store) Watch(ctx context.Context, resource string, from int64) (*Watch, error) {
+func (s *Store) Watch(ctx context.Context, resource string, from int64, opts WatchOptions) (*Watch, error) {
 	prefix, err := s.listPrefix(resource, "")
 	if err != nil {
 		return nil, err
 	}
 	w := &Watch{client: s.kv.Client}
-	stream, cancel, wch := s.openWatch(ctx, resource, prefix, from)
+	stream, cancel, wch := s.openWatch(ctx, resource, prefix, from, opts)
 	w.setStream(stream)
 	out := make(chan WatchResponse)
 	w.C = out
@@ -171,7 +180,7 @@ func (s *Store) Watch(ctx context.Context, resource string, from int64) (*Watch,
 				}
 				cancel()
 				s.metrics.observe("watch", resource, time.Since(heard), errWatchStalled)
-				stream, cancel, wch = s.openWatch(ctx, resource, prefix, last)
+				stream, cancel, wch = s.openWatch(ctx, resource, prefix, last, opts)
 				w.setStream(stream)
 				heard = time.Now()
 				probed = false
@@ -192,11 +201,15 @@ func (s *Store) Watch(ctx context.Context, resource string, from int64) (*Watch,
 // etcd answers a progress request for a whole stream and only once every
 // watch on it is in sync, so a shared stream would let one watch's request
 // wait for, and wake, the others.
-func (s *Store) openWatch(ctx context.Context, resource, prefix string, from int64) (context.Context, context.CancelFunc, clientv3.WatchChan) {
+func (s *Store) openWatch(ctx context.Context, resource, prefix string, from int64, opts WatchOptions) (context.Context, context.CancelFunc, clientv3.WatchChan) {
 	ctx, cancel := context.WithCancel(ctx)
 	ctx = metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx), "concord-watch", strconv.FormatUint(watchStreams.Add(1), 10))
 	start := time.Now()
-	wch := s.kv.Client.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(from+1), clientv3.WithPrevKV(), clientv3.WithProgressNotify())
+	options := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithRev(from + 1), clientv3.WithProgressNotify()}
+	if opts.PrevValues {
+		options = append(options, clientv3.WithPrevKV())
+	}
+	wch := s.kv.Client.Watch(ctx, prefix, options...)
 	s.metrics.observe("watch-start", resource, time.Since(start), nil)
 	return ctx, cancel, wch
 }

@@ -140,7 +140,7 @@ func watchFromNow(t *testing.T, ctx context.Context, client *clientv3.Client, re
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := s.Watch(ctx, "configmaps", from)
+	w, err := s.Watch(ctx, "configmaps", from, etcdstore.WatchOptions{PrevValues: true})
 	if err != nil {
 		t.Fatal(err)
 	}

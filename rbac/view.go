@@ -29,7 +29,7 @@ import (
 type Source struct {
 	Storage interface {
 		List(ctx context.Context, resource, namespace string, opts etcdstore.ListOptions) (etcdstore.ListResult, error)
-		Watch(ctx context.Context, resource string, from int64) (*etcdstore.Watch, error)
+		Watch(ctx context.Context, resource string, from int64, opts etcdstore.WatchOptions) (*etcdstore.Watch, error)
 	}
 	Roles, ClusterRoles, RoleBindings, ClusterRoleBindings *registry.Store
 }
@@ -106,7 +106,7 @@ func (v *View) runOnce(ctx context.Context) error {
 		}
 		start = res.Objects[len(res.Objects)-1].Key + "\x00"
 	}
-	w, err := v.src.Storage.Watch(ctx, registry.RBACStoragePrefix, rev)
+	w, err := v.src.Storage.Watch(ctx, registry.RBACStoragePrefix, rev, etcdstore.WatchOptions{})
 	if err != nil {
 		return fmt.Errorf("watch: %w", err)
 	}

@@ -216,7 +216,7 @@ func (b *broadcaster) start(ctx context.Context) (<-chan struct{}, error) {
 		return nil, err
 	}
 	wctx, cancel := context.WithCancel(context.Background())
-	w, err := b.store.storage.Watch(wctx, b.store.Resource.storagePrefix(), start)
+	w, err := b.store.storage.Watch(wctx, b.store.Resource.storagePrefix(), start, etcdstore.WatchOptions{PrevValues: true})
 	if err != nil {
 		cancel()
 		return nil, err

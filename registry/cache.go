@@ -262,7 +262,7 @@ func (c *readCache) load(ctx context.Context, gen int) {
 	objects, rev, err := c.readAll(ctx)
 	var w *etcdstore.Watch
 	if err == nil {
-		w, err = c.store.storage.Watch(ctx, c.store.Resource.storagePrefix(), rev)
+		w, err = c.store.storage.Watch(ctx, c.store.Resource.storagePrefix(), rev, etcdstore.WatchOptions{})
 	}
 	if err != nil {
 		c.resetIf(gen)

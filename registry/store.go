@@ -35,7 +35,7 @@ type Storage interface {
 	Create(ctx context.Context, ref etcdstore.Ref, value []byte, guards ...etcdstore.Guard) (int64, error)
 	Update(ctx context.Context, ref etcdstore.Ref, value []byte, revision int64, guards ...etcdstore.Guard) (int64, error)
 	Delete(ctx context.Context, ref etcdstore.Ref, revision int64, guards ...etcdstore.Guard) (int64, error)
-	Watch(ctx context.Context, resource string, from int64) (*etcdstore.Watch, error)
+	Watch(ctx context.Context, resource string, from int64, opts etcdstore.WatchOptions) (*etcdstore.Watch, error)
 	CurrentRevision(ctx context.Context) (int64, error)
 	Count(ctx context.Context, resource string) (int64, error)
 }

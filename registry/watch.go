@@ -114,7 +114,7 @@ func (s *Store) Watch(ctx context.Context, namespace string, opts *metainternalv
 	var ok bool
 	if w.backlog, w.sub, ok = s.watch.subscribe(w.from); !ok {
 		dctx, cancel := context.WithCancel(ctx)
-		if w.direct, err = s.storage.Watch(dctx, s.Resource.storagePrefix(), w.from); err != nil {
+		if w.direct, err = s.storage.Watch(dctx, s.Resource.storagePrefix(), w.from, etcdstore.WatchOptions{PrevValues: true}); err != nil {
 			cancel()
 			return nil, s.watchError(err)
 		}
