@@ -25,6 +25,8 @@ type Event struct {
 	// PrevValue is the value before the change; nil when the key was
 	// created, and unless the watch asked for it (WatchOptions.PrevValues).
 	PrevValue []byte
+	// PrevRevision is PrevValue's revision (0 without it).
+	PrevRevision int64
 	// Revision is the etcd revision of the change.
 	Revision int64
 }
@@ -231,7 +233,7 @@ func translate(prefix string, resp clientv3.WatchResponse) WatchResponse {
 			e.Value = ev.Kv.Value
 		}
 		if ev.PrevKv != nil {
-			e.PrevValue = ev.PrevKv.Value
+			e.PrevValue, e.PrevRevision = ev.PrevKv.Value, ev.PrevKv.ModRevision
 		}
 		out.Events = append(out.Events, e)
 	}

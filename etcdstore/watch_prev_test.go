@@ -37,8 +37,8 @@ func TestWatchPrevValuesOnlyWhenAsked(t *testing.T) {
 	}{
 		{etcdstore.WatchOptions{PrevValues: true}, []etcdstore.Event{
 			{Key: "default/a", Value: []byte("one"), Revision: created},
-			{Key: "default/a", Value: []byte("two"), PrevValue: []byte("one"), Revision: updated},
-			{Key: "default/a", PrevValue: []byte("two"), Revision: deleted},
+			{Key: "default/a", Value: []byte("two"), PrevValue: []byte("one"), PrevRevision: created, Revision: updated},
+			{Key: "default/a", PrevValue: []byte("two"), PrevRevision: updated, Revision: deleted},
 		}},
 		{etcdstore.WatchOptions{}, []etcdstore.Event{
 			{Key: "default/a", Value: []byte("one"), Revision: created},
@@ -68,7 +68,7 @@ func TestWatchPrevValuesOnlyWhenAsked(t *testing.T) {
 		}
 		for i, g := range got {
 			w := tc.want[i]
-			if g.Key != w.Key || g.Revision != w.Revision || !bytes.Equal(g.Value, w.Value) || !bytes.Equal(g.PrevValue, w.PrevValue) ||
+			if g.Key != w.Key || g.Revision != w.Revision || g.PrevRevision != w.PrevRevision || !bytes.Equal(g.Value, w.Value) || !bytes.Equal(g.PrevValue, w.PrevValue) ||
 				(g.Value == nil) != (w.Value == nil) || (g.PrevValue == nil) != (w.PrevValue == nil) {
 				t.Errorf("%+v: event %d = %+v; want %+v", tc.opts, i, g, w)
 			}

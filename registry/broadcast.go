@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -34,6 +35,8 @@ func DefaultWatchConfig() WatchConfig {
 // event is one change, decoded once and shared (read-only) by all watchers.
 type event struct {
 	rev int64
+	// key is the object's key relative to the resource's prefix.
+	key string
 	// namespace of the object ("" when cluster-scoped).
 	namespace string
 	// obj is the new state, nil on delete.
@@ -240,18 +243,22 @@ var errWatchStopped = errors.New("registry: watches stopped for shutdown")
 // the next watch restarts the fan-out.
 func (b *broadcaster) run(w *etcdstore.Watch, gen int) {
 	defer b.resetIf(gen)
+	// latest is each key's newest event in the history: the state before
+	// the key's next change, unless that change comes after it has left.
+	latest := map[string]*event{}
 	for resp := range w.C {
 		if resp.Err != nil {
 			return
 		}
 		events := make([]*event, 0, len(resp.Events))
 		for _, ev := range resp.Events {
-			e, err := b.store.decodeEvent(ev)
+			e, err := b.store.decodeEvent(ev, latest[ev.Key])
 			if err != nil {
 				return
 			}
 			e.shared = true
 			events = append(events, e)
+			latest[ev.Key] = e
 			b.store.remember(ev, e)
 		}
 		b.mu.Lock()
@@ -261,7 +268,16 @@ func (b *broadcaster) run(w *etcdstore.Watch, gen int) {
 		}
 		if over := len(b.history) - b.cfg.HistorySize; over > 0 {
 			b.oldest = b.history[over-1].rev
-			b.history = append([]*event(nil), b.history[over:]...)
+			for _, e := range b.history[:over] {
+				if latest[e.key] == e {
+					delete(latest, e.key)
+				}
+			}
+			// Slide the window instead of copying it at every batch: append
+			// moves it to a new array once the old one is used up. The
+			// dropped slots are cleared so their events can be collected.
+			clear(b.history[:over])
+			b.history = b.history[over:]
 		}
 		if len(resp.Events) == 0 && resp.Progress > 0 {
 			b.dispatch(&event{rev: resp.Progress, progress: true})
@@ -390,11 +406,7 @@ func (b *broadcaster) unsubscribe(sub *subscription) {
 
 // remember keeps s.recent current with a change seen on the watch.
 func (s *Store) remember(ev etcdstore.Event, e *event) {
-	name := ev.Key[len(e.namespace):]
-	if e.namespace != "" {
-		name = name[1:]
-	}
-	key := e.namespace + "/" + name
+	key := e.recentKey()
 	if e.obj == nil {
 		s.recent.drop(key, e.rev)
 		return
@@ -408,8 +420,12 @@ func (s *Store) remember(ev etcdstore.Event, e *event) {
 // left out (the previous one: every watcher that could have had it got an
 // ERROR when it was written, and every list that could hold it failed), so
 // that one bad value ends only the watches it concerns, never the stream.
-func (s *Store) decodeEvent(ev etcdstore.Event) (*event, error) {
-	e := &event{rev: ev.Revision}
+//
+// Decoding is skipped where the object is known: the new state when this
+// replica wrote it (written), the previous one when it is before, the
+// key's last event (a copy, stamped with the change's revision).
+func (s *Store) decodeEvent(ev etcdstore.Event, before *event) (*event, error) {
+	e := &event{rev: ev.Revision, key: ev.Key}
 	if s.Resource.Namespaced {
 		for i := range len(ev.Key) {
 			if ev.Key[i] == '/' {
@@ -421,19 +437,49 @@ func (s *Store) decodeEvent(ev etcdstore.Event) (*event, error) {
 	key := s.Resource.storagePrefix() + "/" + ev.Key // its storageKey
 	var err error
 	if ev.Value != nil {
-		if e.obj, err = s.decode(key, etcdstore.Object{Value: ev.Value, Revision: ev.Revision}); err != nil {
-			var ok bool
-			if e.corrupt, ok = asCorrupt(err); !ok {
-				return nil, fmt.Errorf("watch event %s: %w", ev.Key, err)
+		if e.obj = s.written(ev, e); e.obj == nil {
+			if e.obj, err = s.decode(key, etcdstore.Object{Value: ev.Value, Revision: ev.Revision}); err != nil {
+				var ok bool
+				if e.corrupt, ok = asCorrupt(err); !ok {
+					return nil, fmt.Errorf("watch event %s: %w", ev.Key, err)
+				}
 			}
 		}
 	}
 	if ev.PrevValue != nil {
-		if e.prev, err = s.decode(key, etcdstore.Object{Value: ev.PrevValue, Revision: ev.Revision}); err != nil {
+		if before != nil && before.obj != nil && before.rev == ev.PrevRevision {
+			e.prev = copyObject(before.obj)
+			e.prev.SetResourceVersion(formatRevision(ev.Revision))
+		} else if e.prev, err = s.decode(key, etcdstore.Object{Value: ev.PrevValue, Revision: ev.Revision}); err != nil {
 			if _, ok := asCorrupt(err); !ok {
 				return nil, fmt.Errorf("watch event %s (previous): %w", ev.Key, err)
 			}
 		}
 	}
 	return e, nil
+}
+
+// recentKey is the event's object's key in Store.recent.
+func (e *event) recentKey() string {
+	name := e.key[len(e.namespace):]
+	if e.namespace != "" {
+		name = name[1:]
+	}
+	return e.namespace + "/" + name
+}
+
+// written is the object this replica's write stored as ev's new state, if
+// it remembers it: the same revision and bytes, written by a store whose
+// stored value is the object as served (no conversion or reading on the
+// way out), so decoding the value would give this object again. It is
+// shared: never mutate it.
+func (s *Store) written(ev etcdstore.Event, e *event) Object {
+	if s.Resource.ReadStored != nil || s.Resource.Storage != nil {
+		return nil
+	}
+	r, ok := s.recent.get(e.recentKey())
+	if !ok || !r.asServed || r.obj == nil || r.stored.Revision != ev.Revision || !bytes.Equal(r.stored.Value, ev.Value) {
+		return nil
+	}
+	return r.obj
 }

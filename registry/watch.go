@@ -219,7 +219,7 @@ func (w *Watch) runDirect(ctx context.Context, send SendFunc) error {
 				return send(watch.Event{Type: watch.Error, Object: &status}, nil)
 			}
 			for _, ev := range resp.Events {
-				e, err := w.store.decodeEvent(ev)
+				e, err := w.store.decodeEvent(ev, nil)
 				if err != nil {
 					return err
 				}
