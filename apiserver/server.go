@@ -106,11 +106,41 @@ type Handler struct {
 // HandlerFunc, and no wrapper in between (cmd/concord's too): those
 // frames alone would keep it above the quarter.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if p := h.rc.serve(w, r); p != nil {
+	if p := h.serve(w, r); p != nil {
 		for p.step() {
 			<-p.ready()
 		}
 	}
+}
+
+// serve serves r up to where a parked watch waits. A watch is served on a
+// goroutine of its own up to there: the request's calls grow that one's
+// stack to 8 KiB, and it gives the stack back when it ends, while this one
+// waits on 4 KiB from the start instead of until collections halve it.
+//
+//go:noinline
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request) *parkedRequest {
+	if !filters.IsWatch(r) {
+		return h.rc.serve(w, r, false)
+	}
+	type served struct {
+		parked   *parkedRequest
+		panicked any
+	}
+	done := make(chan served, 1)
+	go func() {
+		var s served
+		defer func() {
+			s.panicked = recover()
+			done <- s
+		}()
+		s.parked = h.rc.serve(w, r, true)
+	}()
+	s := <-done
+	if s.panicked != nil {
+		panic(s.panicked) // to net/http, as if it happened here
+	}
+	return s.parked
 }
 
 // WaitWatches waits, until ctx ends, for every watch to end.
@@ -252,7 +282,7 @@ type requestContext struct {
 }
 
 // serve serves r up to where a parked watch waits, which it returns.
-func (rc *requestContext) serve(w http.ResponseWriter, r *http.Request) (parked *parkedRequest) {
+func (rc *requestContext) serve(w http.ResponseWriter, r *http.Request, isWatch bool) (parked *parkedRequest) {
 	log, m, audit := rc.log, rc.m, rc.audit
 	start := time.Now()
 	auditID := uuid.NewString()
@@ -260,7 +290,7 @@ func (rc *requestContext) serve(w http.ResponseWriter, r *http.Request) (parked 
 	info := &requestInfo{verb: r.Method, component: componentAPIServer, auditID: auditID, log: log, base: r.Context()}
 	ctx, cancel := r.Context(), context.CancelFunc(func() {})
 	ended := func() {}
-	if filters.IsWatch(r) {
+	if isWatch {
 		// Counted before its handler can take the connection over, so
 		// that no watch slips between http.Server.Shutdown and
 		// WaitWatches.
