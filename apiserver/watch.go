@@ -249,16 +249,33 @@ func (ws *watchStream) encodeObject(obj runtime.Object) func() ([]byte, error) {
 }
 
 // writeJSONEvent writes {"type":T,"object":RAW} and a newline: one event of
-// a JSON watch stream, as kube-apiserver frames them.
+// a JSON watch stream, as kube-apiserver frames them. In pieces, not one
+// frame: the writer buffers them (net/http's HTTP/2 stream, or chunkedBody)
+// and a frame per event and watcher was most of a watch's garbage.
 func writeJSONEvent(w io.Writer, typ watch.EventType, raw []byte) error {
-	frame := make([]byte, 0, len(raw)+32)
-	frame = append(frame, `{"type":"`...)
-	frame = append(frame, typ...)
-	frame = append(frame, `","object":`...)
-	frame = append(frame, raw...)
-	frame = append(frame, "}\n"...)
-	_, err := w.Write(frame)
+	head, ok := jsonEventHeads[typ]
+	if !ok {
+		head = []byte(`{"type":"` + string(typ) + `","object":`)
+	}
+	if _, err := w.Write(head); err != nil {
+		return err
+	}
+	if _, err := w.Write(raw); err != nil {
+		return err
+	}
+	_, err := w.Write(jsonEventEnd)
 	return err
+}
+
+var (
+	jsonEventHeads = map[watch.EventType][]byte{}
+	jsonEventEnd   = []byte("}\n")
+)
+
+func init() {
+	for _, typ := range []watch.EventType{watch.Added, watch.Modified, watch.Deleted, watch.Bookmark, watch.Error} {
+		jsonEventHeads[typ] = []byte(`{"type":"` + string(typ) + `","object":`)
+	}
 }
 
 // legacyWatch serves /watch/ paths and ?watch on an object's path.
