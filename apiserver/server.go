@@ -113,15 +113,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// serve serves r up to where a parked watch waits. A watch is served on a
-// goroutine of its own up to there: the request's calls grow that one's
-// stack to 8 KiB, and it gives the stack back when it ends, while this one
-// waits on 4 KiB from the start instead of until collections halve it.
+// serve serves r up to where a parked watch waits. An HTTP/2 watch is
+// served on a goroutine of its own up to there: the request's calls grow
+// that one's stack to 8 KiB, and it gives the stack back when it ends,
+// while this one waits on 4 KiB from the start instead of until
+// collections halve it. Over HTTP/1.1 the watch takes the connection over
+// and net/http's goroutine ends anyway.
 //
 //go:noinline
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request) *parkedRequest {
-	if !filters.IsWatch(r) {
-		return h.rc.serve(w, r, false)
+	isWatch := filters.IsWatch(r)
+	if !isWatch || r.ProtoMajor < 2 {
+		return h.rc.serve(w, r, isWatch)
 	}
 	type served struct {
 		parked   *parkedRequest

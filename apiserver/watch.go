@@ -109,6 +109,7 @@ func (h *resourceHandler) serveWatch(w http.ResponseWriter, r *http.Request, nam
 		if err == nil {
 			unfollow()
 			handedOff = true
+			ws.req.base = nil // over with the handler: the watch has ctx
 			ws.req.rest = func() { ws.runDetached(ctx, cancel, conn) }
 			return
 		}
