@@ -118,7 +118,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // that one's stack to 8 KiB, and it gives the stack back when it ends,
 // while this one waits on 4 KiB from the start instead of until
 // collections halve it. Over HTTP/1.1 the watch takes the connection over
-// and net/http's goroutine ends anyway.
+// and net/http's goroutine ends anyway. Not inlined: ServeHTTP's frame is
+// under the wait.
 //
 //go:noinline
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request) *parkedRequest {
