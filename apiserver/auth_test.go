@@ -747,6 +747,56 @@ func TestHTTP2WatchRunsToItsEnd(t *testing.T) {
 	}
 }
 
+// TestHTTP2WatchEndsWhenItsStreamIsReset: an idle HTTP/2 watch, waiting on
+// its handler's goroutine without the request's context, still ends when
+// its client resets the stream (the connection stays open).
+func TestHTTP2WatchEndsWhenItsStreamIsReset(t *testing.T) {
+	s := startAuthServer(t, false)
+	ctx, cancel := context.WithCancel(t.Context())
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/api/v1/namespaces/team/configmaps?watch=true", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", bearer("alice-token"))
+	resp, err := s.client(nil).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.ProtoMajor != 2 {
+		t.Fatalf("watch: %d over %s; want 200 over HTTP/2", resp.StatusCode, resp.Proto)
+	}
+	if got := s.watchingConfigMaps(t); got != 1 {
+		t.Fatalf("watches open: %v; want 1", got)
+	}
+	cancel() // RST_STREAM
+	deadline := time.Now().Add(10 * time.Second)
+	for s.watchingConfigMaps(t) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the watch still runs 10s after its stream was reset")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// watchingConfigMaps is how many watches of configmaps in a namespace run.
+func (s *authServer) watchingConfigMaps(t *testing.T) float64 {
+	t.Helper()
+	families, err := s.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]*dto.MetricFamily{}
+	for _, f := range families {
+		byName[f.GetName()] = f
+	}
+	m, ok := find(byName, "apiserver_longrunning_requests", map[string]string{"verb": "WATCH", "group": "", "version": "v1", "resource": "configmaps", "subresource": "", "scope": "namespace", "component": "apiserver"})
+	if !ok {
+		t.Fatalf("no apiserver_longrunning_requests series for watches of configmaps in a namespace")
+	}
+	return m.Gauge.GetValue()
+}
+
 // TestHTTP11TLSWatchNoticesHangUp: a watch over HTTP/1.1 with TLS takes its
 // connection over from net/http; it still sends its events, and when the
 // client goes away the server notices (through the TLS connection's
@@ -758,21 +808,7 @@ func TestHTTP11TLSWatchNoticesHangUp(t *testing.T) {
 	tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{} // HTTP/1.1 only
 	tr.TLSClientConfig.NextProtos = []string{"http/1.1"}
 	client := &http.Client{Transport: tr}
-	watching := func() float64 {
-		families, err := s.reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		byName := map[string]*dto.MetricFamily{}
-		for _, f := range families {
-			byName[f.GetName()] = f
-		}
-		m, ok := find(byName, "apiserver_longrunning_requests", map[string]string{"verb": "WATCH", "group": "", "version": "v1", "resource": "configmaps", "subresource": "", "scope": "namespace", "component": "apiserver"})
-		if !ok {
-			t.Fatalf("no apiserver_longrunning_requests series for watches of configmaps in a namespace")
-		}
-		return m.Gauge.GetValue()
-	}
+	watching := func() float64 { return s.watchingConfigMaps(t) }
 
 	resp := s.openWatch(t, client, "alice-token", "/api/v1/namespaces/team/configmaps?watch=true")
 	if resp.StatusCode != http.StatusOK || resp.ProtoMajor != 1 || resp.TLS == nil {

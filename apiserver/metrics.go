@@ -46,16 +46,19 @@ type requestInfo struct {
 	log            *slog.Logger
 	requestLogOnce sync.Once
 	requestLog     *slog.Logger
-	// rest, set by a handler, is the rest of the request (a watch), run
-	// once the filters and routing have returned. On the handler's
-	// goroutine, which then waits with a shallow stack that the runtime
-	// shrinks (HTTP/2); or, when the handler took its connection over from
-	// net/http (restDetached), on a goroutine of its own after the handler
-	// returned, so that net/http lets go of the connection's goroutine and
-	// buffers (HTTP/1.1). The request is logged, counted and audited once it
-	// returns.
-	rest         func()
-	restDetached bool
+	// rest or parked, set by a handler, are the rest of the request (a
+	// watch), once the filters and routing have returned. rest runs on a
+	// goroutine of its own after the handler returned, when the handler
+	// took its connection over from net/http, so that net/http lets go of
+	// the connection's goroutine and buffers (HTTP/1.1). parked goes on on
+	// the handler's goroutine, which waits with a shallow stack that the
+	// runtime shrinks, and without the request's context and clones
+	// (HTTP/2). The request is logged, counted and audited once it ends.
+	rest   func()
+	parked parkedRest
+	// base is the context net/http gave the request, without the values
+	// the filters add: a parked watch ends with it.
+	base context.Context
 }
 
 // logger is the request's logger, made on first use: its lines carry the

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"time"
@@ -51,12 +50,21 @@ func (h *resourceHandler) serveWatch(w http.ResponseWriter, r *http.Request, nam
 	if opts.TimeoutSeconds != nil {
 		timeout = time.Duration(*opts.TimeoutSeconds) * time.Second
 	}
-	// The watch's context follows the request's until the watch takes over
-	// the connection (net/http then ends the request's), and its own after.
-	// It has none of the request's values: nothing below reads them, and a
-	// detached watch would keep them alive.
-	ctx, cancel := context.WithCancel(context.Background())
-	unfollow := context.AfterFunc(r.Context(), cancel)
+	// A watch that takes its connection over has a context of its own: it
+	// follows the request's until then (net/http then ends the request's).
+	// One that stays in net/http (HTTP/2) ends with net/http's context of
+	// the request. Neither has the request's values: nothing below reads
+	// them, and the watch would keep them alive.
+	detach := detachable(w, r)
+	ctx, cancel := infoOf(r).base, context.CancelFunc(func() {})
+	if ctx == nil {
+		ctx = r.Context() // outside withRequestContext
+	}
+	unfollow := func() bool { return false }
+	if detach {
+		ctx, cancel = context.WithCancel(context.Background())
+		unfollow = context.AfterFunc(r.Context(), cancel)
+	}
 	handedOff := false
 	defer func() {
 		if !handedOff {
@@ -69,8 +77,12 @@ func (h *resourceHandler) serveWatch(w http.ResponseWriter, r *http.Request, nam
 		writeError(w, r, err)
 		return
 	}
+	defer func() {
+		if !handedOff {
+			stream.Stop()
+		}
+	}()
 
-	detach := detachable(w, r)
 	if detach {
 		// The connection ends with the watch: net/http no longer has it.
 		w.Header().Set("Connection", "close")
@@ -89,7 +101,7 @@ func (h *resourceHandler) serveWatch(w http.ResponseWriter, r *http.Request, nam
 	}
 
 	ws := &watchStream{
-		h: h, stream: stream, info: info, req: infoOf(r), log: logger(r), timeout: timeout,
+		h: h, stream: stream, info: info, req: infoOf(r), timeout: timeout,
 		asTable: wantsTable(r), includeObject: r.URL.Query().Get("includeObject"), headers: true,
 	}
 	if detach {
@@ -97,18 +109,19 @@ func (h *resourceHandler) serveWatch(w http.ResponseWriter, r *http.Request, nam
 		if err == nil {
 			unfollow()
 			handedOff = true
-			ws.req.rest, ws.req.restDetached = func() { ws.runDetached(ctx, cancel, conn) }, true
+			ws.req.base = nil // over with the handler: the watch has ctx
+			ws.req.rest = func() { ws.runDetached(ctx, cancel, conn) }
 			return
 		}
-		logger(r).Debug("watch: keeps its connection in net/http", "err", err)
+		ws.req.logger().Debug("watch: keeps its connection in net/http", "err", err)
+		ws.release = func() {
+			unfollow()
+			cancel()
+		}
 	}
 	ws.setOutput(w, flusher.Flush)
 	handedOff = true
-	ws.req.rest = func() {
-		defer cancel()
-		defer unfollow()
-		ws.run(ctx, cancel)
-	}
+	ws.park(ctx)
 }
 
 // watchStream is one watch being sent: what it needs once its handler may
@@ -118,7 +131,6 @@ type watchStream struct {
 	stream  *registry.Watch
 	info    runtime.SerializerInfo
 	req     *requestInfo
-	log     *slog.Logger
 	timeout time.Duration
 	// kubectl get -w asks for Tables: each change is then a one-row Table,
 	// with the column definitions in the first one only (headers), as
@@ -129,12 +141,21 @@ type watchStream struct {
 
 	out     io.Writer
 	flush   func() error
-	encoder streaming.Encoder
+	encoder streaming.Encoder // protobuf only: JSON frames are written as they are
+
+	// A parked watch's context, and what its end stops and releases.
+	ctx      context.Context
+	endTimer *time.Timer
+	unfollow func() bool
+	ended    func()
+	release  func() // nil when there is nothing more
 }
 
 func (ws *watchStream) setOutput(out io.Writer, flush func() error) {
 	ws.out, ws.flush = out, flush
-	ws.encoder = streaming.NewEncoder(ws.info.StreamSerializer.Framer.NewFrameWriter(out), ws.info.StreamSerializer.Serializer)
+	if ws.info.MediaType != runtime.ContentTypeJSON {
+		ws.encoder = streaming.NewEncoder(ws.info.StreamSerializer.Framer.NewFrameWriter(out), ws.info.StreamSerializer.Serializer)
+	}
 }
 
 // run sends the watch's events until it ends (see registry.Watch.Run) or
@@ -145,8 +166,39 @@ func (ws *watchStream) run(ctx context.Context, cancel context.CancelFunc) {
 	timeout := time.AfterFunc(ws.timeout, cancel)
 	defer timeout.Stop()
 	if err := ws.stream.Run(ctx, ws.send); err != nil {
-		ws.log.Debug("watch ended", "err", err)
+		ws.req.logger().Debug("watch ended", "err", err)
 	}
+}
+
+// park leaves the rest of the watch to withRequestContext (parkedRest),
+// which runs it on the handler's goroutine: ctx's end, the timeout and the
+// server stopping watches wake it from its wait on the stream.
+func (ws *watchStream) park(ctx context.Context) {
+	ws.ctx = ctx
+	ws.ended = ws.h.metrics.watchStarted(ws.req)
+	ws.endTimer = time.AfterFunc(ws.timeout, ws.stream.Stop)
+	ws.unfollow = context.AfterFunc(ctx, ws.stream.Stop)
+	ws.req.parked = ws
+}
+
+func (ws *watchStream) ready() <-chan struct{} { return ws.stream.Ready() }
+
+func (ws *watchStream) step() (more bool) {
+	defer func() {
+		if !more {
+			ws.endTimer.Stop()
+			ws.unfollow()
+			ws.ended()
+			if ws.release != nil {
+				ws.release()
+			}
+		}
+	}()
+	more, err := ws.stream.Step(ws.ctx, ws.send)
+	if err != nil {
+		ws.req.logger().Debug("watch ended", "err", err)
+	}
+	return more
 }
 
 func (ws *watchStream) send(ev watch.Event, encodings *registry.Encodings) error {
@@ -198,16 +250,33 @@ func (ws *watchStream) encodeObject(obj runtime.Object) func() ([]byte, error) {
 }
 
 // writeJSONEvent writes {"type":T,"object":RAW} and a newline: one event of
-// a JSON watch stream, as kube-apiserver frames them.
+// a JSON watch stream, as kube-apiserver frames them. In pieces, not one
+// frame: the writer buffers them (net/http's HTTP/2 stream, or chunkedBody)
+// and a frame per event and watcher was most of a watch's garbage.
 func writeJSONEvent(w io.Writer, typ watch.EventType, raw []byte) error {
-	frame := make([]byte, 0, len(raw)+32)
-	frame = append(frame, `{"type":"`...)
-	frame = append(frame, typ...)
-	frame = append(frame, `","object":`...)
-	frame = append(frame, raw...)
-	frame = append(frame, "}\n"...)
-	_, err := w.Write(frame)
+	head, ok := jsonEventHeads[typ]
+	if !ok {
+		head = []byte(`{"type":"` + string(typ) + `","object":`)
+	}
+	if _, err := w.Write(head); err != nil {
+		return err
+	}
+	if _, err := w.Write(raw); err != nil {
+		return err
+	}
+	_, err := w.Write(jsonEventEnd)
 	return err
+}
+
+var (
+	jsonEventHeads = map[watch.EventType][]byte{}
+	jsonEventEnd   = []byte("}\n")
+)
+
+func init() {
+	for _, typ := range []watch.EventType{watch.Added, watch.Modified, watch.Deleted, watch.Bookmark, watch.Error} {
+		jsonEventHeads[typ] = []byte(`{"type":"` + string(typ) + `","object":`)
+	}
 }
 
 // legacyWatch serves /watch/ paths and ?watch on an object's path.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -38,6 +39,11 @@ type Watch struct {
 	sub     *subscription
 	direct  *etcdstore.Watch
 	cancel  context.CancelFunc
+
+	// started: Step has sent the initial events and the backlog.
+	started bool
+	// halted: Stop was called.
+	halted atomic.Bool
 }
 
 // StopWatches ends every watch of this resource; for server shutdown.
@@ -131,62 +137,111 @@ func (s *Store) watchError(err error) error {
 }
 
 // Run sends the watch's events to send, in revision order, until ctx ends,
-// the server stops watches, the watcher falls too far behind (the stream
-// just ends, and the client watches again from its last resourceVersion),
-// or send fails. A compacted start revision is sent as an ERROR event with
-// a 410 Expired Status; a change it could select to a value that cannot be
-// read, as an ERROR event with a 500 StorageReadError naming its key.
+// the server stops watches, Stop is called, the watcher falls too far
+// behind (the stream just ends, and the client watches again from its last
+// resourceVersion), or send fails. A compacted start revision is sent as an
+// ERROR event with a 410 Expired Status; a change it could select to a
+// value that cannot be read, as an ERROR event with a 500 StorageReadError
+// naming its key.
 func (w *Watch) Run(ctx context.Context, send SendFunc) error {
-	if err := w.run(ctx, send); !errors.Is(err, errWatchEnded) {
-		return err
-	}
-	return nil
-}
-
-// errWatchEnded: the watch sent its last event, an ERROR.
-var errWatchEnded = errors.New("registry: the watch ended with an ERROR event")
-
-func (w *Watch) run(ctx context.Context, send SendFunc) error {
 	defer w.close()
-	for _, obj := range w.initial {
-		if err := send(watch.Event{Type: watch.Added, Object: obj}, nil); err != nil {
-			return err
-		}
-	}
-	if w.initialEnd {
-		if err := send(w.bookmark(w.from, true), nil); err != nil {
-			return err
-		}
-	}
-	for _, e := range w.backlog {
-		if err := w.deliver(e, send); err != nil {
-			return err
-		}
-	}
-	if w.direct != nil {
-		return w.runDirect(ctx, send)
-	}
 	for {
+		more, err := w.Step(ctx, send)
+		if !more {
+			return err
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-w.store.watch.stopped:
 			return nil
-		case <-w.sub.ready:
-		}
-		for ctx.Err() == nil && !w.stopped() {
-			e, ok, closed := w.sub.next()
-			if closed {
-				return nil
-			}
-			if !ok {
-				break
-			}
-			if err := w.deliver(e, send); err != nil {
-				return err
-			}
+		case <-w.Ready():
 		}
 	}
+}
+
+// errWatchEnded: the watch sent its last event, an ERROR.
+var errWatchEnded = errors.New("registry: the watch ended with an ERROR event")
+
+// Step is Run without its wait, for a caller that waits on Ready itself: it
+// sends what waits (first the initial events and the backlog) and returns
+// whether the watch goes on, as Run would; when it does not, the watch is
+// closed. A watch read from etcd directly is sent to its end by the first
+// Step. ctx only ends the watch once Stop, or Ready, wakes its caller.
+func (w *Watch) Step(ctx context.Context, send SendFunc) (more bool, err error) {
+	defer func() {
+		if !more {
+			w.close()
+		}
+	}()
+	more, err = w.step(ctx, send)
+	if errors.Is(err, errWatchEnded) {
+		return false, nil
+	}
+	return more && err == nil, err
+}
+
+func (w *Watch) step(ctx context.Context, send SendFunc) (bool, error) {
+	if !w.started {
+		w.started = true
+		for _, obj := range w.initial {
+			if err := send(watch.Event{Type: watch.Added, Object: obj}, nil); err != nil {
+				return false, err
+			}
+		}
+		if w.initialEnd {
+			if err := send(w.bookmark(w.from, true), nil); err != nil {
+				return false, err
+			}
+		}
+		for _, e := range w.backlog {
+			if err := w.deliver(e, send); err != nil {
+				return false, err
+			}
+		}
+		w.initial, w.backlog = nil, nil // sent: let them go
+		if w.direct != nil {
+			return false, w.runDirect(ctx, send)
+		}
+	}
+	for !w.over(ctx) {
+		e, ok, closed := w.sub.next()
+		if closed {
+			return false, nil
+		}
+		if !ok {
+			return true, nil
+		}
+		if err := w.deliver(e, send); err != nil {
+			return false, err
+		}
+	}
+	return false, nil
+}
+
+// Ready holds a value when Step may have something to do: events wait, or
+// the watch may be over. Nil for a watch read from etcd directly.
+func (w *Watch) Ready() <-chan struct{} {
+	if w.sub == nil {
+		return nil
+	}
+	return w.sub.ready
+}
+
+// Stop ends the watch, from any goroutine, also one that was never run:
+// it leaves the fan-out, Run and Step return once they see it, and a
+// caller waiting on Ready wakes.
+func (w *Watch) Stop() {
+	w.halted.Store(true)
+	w.close()
+	if w.sub != nil {
+		w.sub.signal()
+	}
+}
+
+// over reports whether the watch must send no more.
+func (w *Watch) over(ctx context.Context) bool {
+	return ctx.Err() != nil || w.halted.Load() || w.stopped()
 }
 
 // stopped reports whether the server stopped watches.

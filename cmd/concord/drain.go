@@ -31,12 +31,19 @@ const drainQuiet = 50 * time.Millisecond
 func newDrainer() *drainer { return &drainer{conns: map[net.Conn]struct{}{}} }
 
 // handler counts the requests being served by h.
-func (d *drainer) handler(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		d.inFlight.Add(1)
-		defer d.inFlight.Add(-1)
-		h.ServeHTTP(w, r)
-	})
+func (d *drainer) handler(h http.Handler) http.Handler { return &counted{d: d, h: h} }
+
+// counted is a type of its own, not an http.HandlerFunc, so that no frame
+// of HandlerFunc.ServeHTTP sits under a parked watch (apiserver.Handler).
+type counted struct {
+	d *drainer
+	h http.Handler
+}
+
+func (c *counted) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c.d.inFlight.Add(1)
+	defer c.d.inFlight.Add(-1)
+	c.h.ServeHTTP(w, r)
 }
 
 // connState is the server's ConnState: it knows every connection net/http
