@@ -459,13 +459,13 @@ func (s *Store) decodeEvent(ev etcdstore.Event, before *event) (*event, error) {
 	return e, nil
 }
 
-// recentKey is the event's object's key in Store.recent.
+// recentKey is the event's object's key in Store.recent (Store.recentKey):
+// a namespaced object's etcd key already is "<namespace>/<name>".
 func (e *event) recentKey() string {
-	name := e.key[len(e.namespace):]
 	if e.namespace != "" {
-		name = name[1:]
+		return e.key
 	}
-	return e.namespace + "/" + name
+	return "/" + e.key
 }
 
 // written is the object this replica's write stored as ev's new state, if

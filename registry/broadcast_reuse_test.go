@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,9 +99,15 @@ func TestWatchEventsOfOwnWritesAreTheStoredObjects(t *testing.T) {
 					t.Fatalf("%s: event at %s; want %s", op, got.GetResourceVersion(), obj.GetResourceVersion())
 				}
 				sameAsStored(t, s, ev.Object.(Object), 0)
+				// Store.recent holds the event's state, under the key
+				// writes look it up by.
+				r, ok := s.recent.get(s.recentKey(tc.namespace, name))
+				if !ok || formatRevision(r.stored.Revision) != obj.GetResourceVersion() {
+					t.Fatalf("%s: Store.recent has %v at %d for %s; want the event's revision %s", op, ok, r.stored.Revision, name, obj.GetResourceVersion())
+				}
 				// The write's own object, not a decoding of it, unless the
 				// event came before the write remembered it.
-				if r, ok := s.recent.get(s.recentKey(tc.namespace, name)); ok && r.obj == ev.Object {
+				if r.obj == ev.Object {
 					reused++
 				}
 			}
@@ -153,8 +160,8 @@ func nextEvent(t *testing.T, events <-chan watch.Event) watch.Event {
 
 func parseRevision(t *testing.T, rv string) int64 {
 	t.Helper()
-	var n int64
-	if err := json.Unmarshal([]byte(rv), &n); err != nil {
+	n, err := strconv.ParseInt(rv, 10, 64)
+	if err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -203,5 +210,26 @@ func sameAsStored(t *testing.T, s *Store, obj Object, from int64) {
 	}
 	if !bytes.Equal(gotPB, wantPB) {
 		t.Errorf("%s at %d: protobuf encodings differ from decoding's:\n%x\n%x", obj.GetName(), rev, gotPB, wantPB)
+	}
+}
+
+// An event's key in Store.recent is the one writes look objects up by.
+func TestEventRecentKeyIsTheStoresKey(t *testing.T) {
+	storage := etcdstore.New(etcdtest.Start(t).Client, "/registry")
+	for _, tc := range []struct {
+		res             *Resource
+		namespace, name string
+	}{
+		{ConfigMaps, "team", "a"},
+		{Namespaces, "", "team"},
+	} {
+		s := NewStore(storage, tc.res, DefaultWatchConfig(), WithoutReadCache())
+		e, err := s.decodeEvent(etcdstore.Event{Key: strings.TrimPrefix(tc.namespace+"/"+tc.name, "/"), Revision: 2}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := e.recentKey(), s.recentKey(tc.namespace, tc.name); got != want {
+			t.Errorf("%s %s/%s: event's key %q; the store's %q", tc.res.Plural, tc.namespace, tc.name, got, want)
+		}
 	}
 }
