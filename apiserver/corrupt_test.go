@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 
 	"github.com/concord-dev/concord/apiserver"
 	"github.com/concord-dev/concord/apiserver/filters"
@@ -178,6 +179,22 @@ func TestCorruptObjectFailsOnlyTheReadsThatIncludeIt(t *testing.T) {
 				t.Errorf("%s %s (-got +want):\n%s", tc.method, tc.path, diff)
 			}
 		})
+	}
+	// Lists in protobuf (client-go's default) fail the same way, as a
+	// protobuf Status.
+	codec := protobuf.NewSerializer(registry.Scheme, registry.Scheme)
+	for _, path := range []string{"/api/v1/namespaces/kube-system/configmaps", "/api/v1/namespaces/kube-system/configmaps?limit=1", "/api/v1/configmaps?labelSelector=x!%3Dy"} {
+		resp := s.do(t, http.MethodGet, path, nil, "Accept", "application/vnd.kubernetes.protobuf")
+		if resp.Code != http.StatusInternalServerError || resp.Header.Get("Content-Type") != "application/vnd.kubernetes.protobuf" {
+			t.Fatalf("protobuf GET %s: %d %s %q; want 500 in protobuf", path, resp.Code, resp.Header.Get("Content-Type"), resp.Body)
+		}
+		obj, _, err := codec.Decode(resp.Body, nil, &metav1.Status{})
+		if err != nil {
+			t.Fatalf("protobuf GET %s: %v", path, err)
+		}
+		if diff := cmp.Diff(*obj.(*metav1.Status), list); diff != "" {
+			t.Errorf("protobuf GET %s: Status (-got +want):\n%s", path, diff)
+		}
 	}
 	// The failed delete of the collection deleted nothing.
 	if keys := s.storedKeys(t, "/registry/configmaps/kube-system/"); len(keys) != 2 || keys[badKey] != badValue {
