@@ -113,11 +113,10 @@ func (s *Store) List(ctx context.Context, namespace string, opts *metainternalve
 		return nil, err
 	}
 	var items []runtime.Object
-	bad := s.newCorruptItems(plan.filter)
 	rev, token, remaining, err := s.listPages(ctx, namespace, opts, plan, func(key string, stored etcdstore.Object, cached *cacheEntry) (bool, error) {
 		obj, err := s.listed(key, stored, cached)
 		if err != nil {
-			return false, bad.add(err)
+			return false, err
 		}
 		if !plan.filter.matches(obj) {
 			return false, nil
@@ -125,9 +124,6 @@ func (s *Store) List(ctx context.Context, namespace string, opts *metainternalve
 		items = append(items, obj)
 		return true, nil
 	})
-	if err == nil {
-		err = bad.err() // no partial list: it fails naming what it cannot read
-	}
 	if err != nil {
 		return nil, err
 	}
@@ -194,8 +190,18 @@ func planList(res *Resource, opts *metainternalversion.ListOptions) (listPlan, e
 // listPages reads pages of the snapshot and hands every stored object to add
 // until opts.Limit objects were added (add reports whether it took one). It
 // returns the snapshot revision and, for a page that stops early, the
-// continue token and (without selectors) the count of objects left.
+// continue token and (without selectors) the count of objects left. A
+// corrupt object add reports is gathered and the list read on, so that it
+// fails at the end naming all it cannot read (never a partial list).
 func (s *Store) listPages(ctx context.Context, namespace string, opts *metainternalversion.ListOptions, plan listPlan, add func(key string, stored etcdstore.Object, cached *cacheEntry) (bool, error)) (rev int64, token string, remaining *int64, err error) {
+	bad := s.newCorruptItems(plan.filter)
+	defer func() {
+		if err == nil {
+			if err = bad.err(); err != nil {
+				rev, token, remaining = 0, "", nil
+			}
+		}
+	}()
 	readRev, minRev, rv, start, everything := plan.readRev, plan.minRev, plan.rv, plan.start, plan.filter.everything()
 	fromCache := s.cache != nil && readRev == 0 && minRev == 0 && start == ""
 	var lastKey string
@@ -218,7 +224,9 @@ func (s *Store) listPages(ctx context.Context, namespace string, opts *metainter
 			key, listKey, stored, cached := s.pageObject(page, namespace, i)
 			took, err := add(key, stored, cached)
 			if err != nil {
-				return 0, "", nil, err
+				if err = bad.add(err); err != nil {
+					return 0, "", nil, err
+				}
 			}
 			lastKey = listKey
 			if !took {

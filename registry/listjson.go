@@ -91,22 +91,18 @@ func (s *Store) ListJSON(ctx context.Context, namespace string, opts *metaintern
 	if opts.Limit > 0 {
 		items = make([]JSONItem, 0, min(opts.Limit, 10000))
 	}
-	bad := s.newCorruptItems(plan.filter)
 	rev, token, remaining, err := s.listPages(ctx, namespace, opts, plan, func(key string, stored etcdstore.Object, cached *cacheEntry) (bool, error) {
 		plaintext, err := s.servedJSON(key, stored, cached)
 		if err != nil {
-			return false, bad.add(err)
+			return false, err
 		}
 		item, err := newJSONItem(plaintext, stored.Revision)
 		if err != nil {
-			return false, bad.add(s.notJSONObject(key, stored, err))
+			return false, s.notJSONObject(key, stored, err)
 		}
 		items = append(items, item)
 		return true, nil
 	})
-	if err == nil {
-		err = bad.err() // no partial list: it fails naming what it cannot read
-	}
 	if err != nil {
 		return nil, true, err
 	}

@@ -50,11 +50,10 @@ func (s *Store) ListProtobuf(ctx context.Context, namespace string, opts *metain
 		return nil, true, err
 	}
 	var items [][]byte
-	bad := s.newCorruptItems(plan.filter)
 	rev, token, remaining, err := s.listPages(ctx, namespace, opts, plan, func(key string, stored etcdstore.Object, cached *cacheEntry) (bool, error) {
 		obj, err := s.listed(key, stored, cached)
 		if err != nil {
-			return false, bad.add(err)
+			return false, err
 		}
 		if !plan.filter.matches(obj) {
 			return false, nil
@@ -66,9 +65,6 @@ func (s *Store) ListProtobuf(ctx context.Context, namespace string, opts *metain
 		items = append(items, encoded)
 		return true, nil
 	})
-	if err == nil {
-		err = bad.err() // no partial list: it fails naming what it cannot read
-	}
 	if err != nil {
 		return nil, true, err
 	}
