@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -30,7 +31,12 @@ type replica struct {
 // startReplicas starts a real etcd in-process and n concord binaries on it.
 func startReplicas(t *testing.T, n int) []replica {
 	t.Helper()
-	etcd := etcdtest.Start(t)
+	return startReplicasOn(t, etcdtest.Start(t), n)
+}
+
+// startReplicasOn starts n concord binaries on a running etcd.
+func startReplicasOn(t *testing.T, etcd *etcdtest.Etcd, n int) []replica {
+	t.Helper()
 	replicas := make([]replica, n)
 	for i := range replicas {
 		dir := t.TempDir()
@@ -47,7 +53,8 @@ const optimisticLockMsg = `Operation cannot be fulfilled on configmaps "flags": 
 
 func TestReplicasShareExternalEtcd(t *testing.T) {
 	t.Parallel()
-	replicas := startReplicas(t, 2)
+	etcd := etcdtest.Start(t)
+	replicas := startReplicasOn(t, etcd, 2)
 	a, b := replicas[0], replicas[1]
 
 	created := doConfigMap(t, http.MethodPost, configMapsURL(a.url),
@@ -117,8 +124,20 @@ func TestReplicasShareExternalEtcd(t *testing.T) {
 	if err := json.Unmarshal(body, &list); err != nil {
 		t.Fatalf("list through B: decode: %v; body: %s", err, body)
 	}
-	if list.ResourceVersion != rv2 {
-		t.Errorf("list through B: metadata.resourceVersion = %q; want %q (the last write)", list.ResourceVersion, rv2)
+	// The list is read at etcd's revision then: at or after the last write
+	// to flags, and no later than etcd's revision after the list (the
+	// replicas' controllers write ServiceAccounts meanwhile).
+	after, err := etcd.Client.Get(context.Background(), "/", clientv3.WithKeysOnly(), clientv3.WithLimit(1))
+	if err != nil {
+		t.Fatalf("etcd revision after the list: %v", err)
+	}
+	listRV, err := strconv.ParseInt(list.ResourceVersion, 10, 64)
+	if err != nil {
+		t.Fatalf("list through B: metadata.resourceVersion %q: %v", list.ResourceVersion, err)
+	}
+	if written, _ := strconv.ParseInt(rv2, 10, 64); listRV < written || listRV > after.Header.Revision {
+		t.Errorf("list through B: metadata.resourceVersion = %d; want between the last write %d and etcd's revision after the list %d",
+			listRV, written, after.Header.Revision)
 	}
 	if len(list.Items) != 1 || list.Items[0].Name != "flags" || list.Items[0].ResourceVersion != rv2 {
 		t.Errorf("list through B: items = %+v; want flags at resourceVersion %s only", list.Items, rv2)
