@@ -58,6 +58,15 @@ func normalize(m map[string]any) map[string]any {
 		if _, ok := meta["deletionTimestamp"]; ok {
 			meta["deletionTimestamp"] = "set"
 		}
+		// An entry's time is the second of its write: the dry run and
+		// the real write can fall on either side of one.
+		if entries, ok := meta["managedFields"].([]any); ok {
+			for _, e := range entries {
+				if entry, ok := e.(map[string]any); ok && entry["time"] != nil {
+					entry["time"] = "set"
+				}
+			}
+		}
 	}
 	if meta, ok := m["metadata"].(map[string]any); ok {
 		clean(meta)
