@@ -9,6 +9,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/concord-dev/concord/etcdstore"
@@ -162,15 +163,23 @@ func TestLeadingEndsWhenTheLeaseIsTaken(t *testing.T) {
 	led := make(chan string, 1)
 	go Run(ctx, config(s, "a"), func(ctx context.Context) { led <- "a"; <-ctx.Done(); close(stopped) })
 	waitLeader(t, led)
-	obj, err := s.Get(context.Background(), "kube-system", "test-controller")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := obj.(*coordinationv1.Lease)
-	other := "b"
-	l.Spec.HolderIdentity = &other
-	if _, _, err := s.Update(context.Background(), "kube-system", "test-controller", l, registry.WriteOptions{FieldManager: "test"}); err != nil {
-		t.Fatal(err)
+	// a renews every retry period: a renewal between the Get and the
+	// Update makes it a conflict, so read again and take it then.
+	for attempt := 0; ; attempt++ {
+		obj, err := s.Get(context.Background(), "kube-system", "test-controller")
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := obj.(*coordinationv1.Lease)
+		other := "b"
+		l.Spec.HolderIdentity = &other
+		_, _, err = s.Update(context.Background(), "kube-system", "test-controller", l, registry.WriteOptions{FieldManager: "test"})
+		if err == nil {
+			break
+		}
+		if !apierrors.IsConflict(err) || attempt == 10 {
+			t.Fatal(err)
+		}
 	}
 	select {
 	case <-stopped:
