@@ -253,7 +253,14 @@ func TestSlowBodyIsCutAtTheRequestDeadline(t *testing.T) {
 			}
 		}
 	}()
-	time.Sleep(300 * time.Millisecond)
+	// Once its headers are read the slow body holds the slot (a fixed
+	// wait could end before a loaded machine read them).
+	for inFlightGauge(t, s, "mutating") != 1 {
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("the slow body holds no mutating slot 5s after its headers were sent")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	checkTooManyRequests(t, "POST while a slow body holds the mutating slot", s.do(t, http.MethodPost, ns, `{"metadata":{"name":"x"}}`))
 
 	if err := conn.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
