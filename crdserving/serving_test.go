@@ -60,6 +60,10 @@ type countingStorage struct {
 	mu             sync.Mutex
 	guardsRefused  int
 	writesAccepted int
+	// onRefused, if set, runs (in a goroutine of its own) after the first
+	// write etcd refused for a changed guard: the replica's catch-up that
+	// write then waits for.
+	onRefused func()
 }
 
 func (c *countingStorage) count(err error) {
@@ -68,6 +72,10 @@ func (c *countingStorage) count(err error) {
 	switch {
 	case errors.Is(err, etcdstore.ErrGuardChanged):
 		c.guardsRefused++
+		if c.onRefused != nil {
+			go c.onRefused()
+			c.onRefused = nil
+		}
 	case err == nil:
 		c.writesAccepted++
 	}
@@ -77,6 +85,12 @@ func (c *countingStorage) Create(ctx context.Context, ref etcdstore.Ref, value [
 	rev, err := c.Storage.Create(ctx, ref, value, guards...)
 	c.count(err)
 	return rev, err
+}
+
+func (c *countingStorage) setOnRefused(f func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.onRefused = f
 }
 
 func (c *countingStorage) counts() (refused, accepted int) {
@@ -184,8 +198,9 @@ func TestWriteCheckedAgainstAStaleSchemaIsNotApplied(t *testing.T) {
 		t.Fatal(err)
 	}
 	changedCRD := obj.(*apiextensionsv1.CustomResourceDefinition)
-	// It applies the change while the refused write waits for it.
-	time.AfterFunc(200*time.Millisecond, func() { f.server.apply(changedCRD) })
+	// It applies the change while the refused write waits for it (a
+	// timer could fire before the write took its view of the CRD).
+	f.storage.setOnRefused(func() { f.server.apply(changedCRD) })
 	_, err = old.Create(testCtx(t), "ns", widget("stale", "medium"), registry.WriteOptions{})
 	var status *apierrors.StatusError
 	if !errors.As(err, &status) || status.ErrStatus.Code != http.StatusServiceUnavailable || status.ErrStatus.Details == nil || status.ErrStatus.Details.RetryAfterSeconds != 1 ||
@@ -218,7 +233,7 @@ func TestStatusChangeOfTheCRDDoesNotRefuseWrites(t *testing.T) {
 	store := f.widgets(t)
 	crd.Status.Conditions = append(crd.Status.Conditions, apiextensionsv1.CustomResourceDefinitionCondition{Type: "Example", Status: apiextensionsv1.ConditionTrue, Reason: "Test", Message: "a condition"})
 	statusChanged := f.updateStatus(t, crd)
-	time.AfterFunc(200*time.Millisecond, func() { f.server.apply(statusChanged) })
+	f.storage.setOnRefused(func() { f.server.apply(statusChanged) })
 	if _, err := store.Create(testCtx(t), "ns", widget("w", "medium"), registry.WriteOptions{}); err != nil {
 		t.Fatalf("create after a change of the CRD's status alone: %v", err)
 	}
@@ -298,7 +313,7 @@ func TestWriteAfterTheCRDWasCreatedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	again := f.established(t)
-	time.AfterFunc(200*time.Millisecond, func() { f.server.apply(again) })
+	f.storage.setOnRefused(func() { f.server.apply(again) })
 	_, err := old.Create(testCtx(t), "ns", widget("w", "medium"), registry.WriteOptions{})
 	var status *apierrors.StatusError
 	if !errors.As(err, &status) || status.ErrStatus.Code != http.StatusServiceUnavailable || !strings.Contains(status.ErrStatus.Message, "(it was deleted and created again); nothing was written") {
