@@ -307,7 +307,14 @@ func TestSlowReaderIsCutAfterTheRequestDeadline(t *testing.T) {
 	}
 	start := time.Now()
 	conn := rawRequest(t, s.URL, "GET "+ns+" HTTP/1.1\r\nHost: concord\r\nAccept: application/json")
-	time.Sleep(500 * time.Millisecond)
+	// Once its request is read the reader holds the slot (a fixed wait
+	// could end before a loaded machine read it).
+	for inFlightGauge(t, s, "readOnly") != 1 {
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("the reader that does not read holds no read-only slot 5s after its request was sent")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	checkTooManyRequests(t, "GET while a reader that does not read holds the read-only slot", s.do(t, http.MethodGet, "/api/v1/namespaces", nil))
 	for {
 		resp := s.do(t, http.MethodGet, "/api/v1/namespaces", nil)
