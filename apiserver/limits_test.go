@@ -96,6 +96,17 @@ func inFlightGauge(t *testing.T, s *testServer, kind string) float64 {
 	return value(t, scrape(t, s), "apiserver_current_inflight_requests", map[string]string{"request_kind": kind})
 }
 
+// waitInFlight waits, at most 5 s, until one request of kind is in flight:
+// the one the test just sent for who.
+func waitInFlight(t *testing.T, s *testServer, kind, who string) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); inFlightGauge(t, s, kind) != 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s holds no %s slot 5s after its request was sent", who, kind)
+		}
+	}
+}
+
 // openWatch starts a watch and returns its status code once the headers
 // are in; the watch ends with the test.
 func openWatch(t *testing.T, u string) int {
@@ -255,12 +266,7 @@ func TestSlowBodyIsCutAtTheRequestDeadline(t *testing.T) {
 	}()
 	// Once its headers are read the slow body holds the slot (a fixed
 	// wait could end before a loaded machine read them).
-	for inFlightGauge(t, s, "mutating") != 1 {
-		if time.Since(start) > 5*time.Second {
-			t.Fatal("the slow body holds no mutating slot 5s after its headers were sent")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitInFlight(t, s, "mutating", "the slow body")
 	checkTooManyRequests(t, "POST while a slow body holds the mutating slot", s.do(t, http.MethodPost, ns, `{"metadata":{"name":"x"}}`))
 
 	if err := conn.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
@@ -309,12 +315,7 @@ func TestSlowReaderIsCutAfterTheRequestDeadline(t *testing.T) {
 	conn := rawRequest(t, s.URL, "GET "+ns+" HTTP/1.1\r\nHost: concord\r\nAccept: application/json")
 	// Once its request is read the reader holds the slot (a fixed wait
 	// could end before a loaded machine read it).
-	for inFlightGauge(t, s, "readOnly") != 1 {
-		if time.Since(start) > 5*time.Second {
-			t.Fatal("the reader that does not read holds no read-only slot 5s after its request was sent")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitInFlight(t, s, "readOnly", "the reader that does not read")
 	checkTooManyRequests(t, "GET while a reader that does not read holds the read-only slot", s.do(t, http.MethodGet, "/api/v1/namespaces", nil))
 	for {
 		resp := s.do(t, http.MethodGet, "/api/v1/namespaces", nil)
