@@ -149,6 +149,8 @@ type broadcaster struct {
 	// gen counts fan-out starts, so a finished stream resets only its own.
 	gen    int
 	cancel context.CancelFunc
+	// etcd is the running fan-out's stream.
+	etcd *etcdstore.Watch
 	// history holds recent events in revision order and is complete for
 	// every revision after oldest.
 	history []*event
@@ -225,7 +227,7 @@ func (b *broadcaster) start(ctx context.Context) (<-chan struct{}, error) {
 		return nil, err
 	}
 	b.gen++
-	b.running, b.cancel, b.oldest, b.history = true, cancel, start, nil
+	b.running, b.cancel, b.etcd, b.oldest, b.history = true, cancel, w, start, nil
 	b.caughtUp, b.caughtUpAt = make(chan struct{}), current
 	if start >= current {
 		close(b.caughtUp)
@@ -347,6 +349,25 @@ func (b *broadcaster) requestProgress(ctx context.Context, w *etcdstore.Watch, c
 	}
 }
 
+// errNotWatching: no fan-out runs to ask for progress.
+var errNotWatching = errors.New("registry: the resource's watch is not running")
+
+// RequestWatchProgress asks etcd to report the revision the resource's
+// watch fan-out has delivered everything up to; every watcher that allows
+// bookmarks gets it as a BOOKMARK. For a watcher that must know it has seen
+// every change up to a revision (the garbage collector) sooner than the
+// periodic bookmarks say it.
+func (s *Store) RequestWatchProgress() error {
+	b := s.watch
+	b.mu.Lock()
+	w := b.etcd
+	b.mu.Unlock()
+	if w == nil {
+		return errNotWatching
+	}
+	return w.RequestProgress()
+}
+
 // resetIf resets the fan-out if it is still the run gen.
 func (b *broadcaster) resetIf(gen int) {
 	b.mu.Lock()
@@ -368,7 +389,7 @@ func (b *broadcaster) resetLocked() {
 	if b.cancel != nil {
 		b.cancel()
 	}
-	b.running, b.history = false, nil
+	b.running, b.etcd, b.history = false, nil, nil
 	for sub := range b.subs {
 		delete(b.subs, sub)
 		sub.close()
