@@ -312,39 +312,57 @@ func (c *Collector) removeFinalizer(ctx context.Context, n *node, finalizer stri
 
 // processDeletingDependents lets an owner deleting in the foreground go
 // once no dependent blocks it, and otherwise queues the blocking ones.
+// "None" is decided on a graph that holds every dependent written before
+// the owner was seen deleting: one whose watch is behind would block it.
 func (c *Collector) processDeletingDependents(ctx context.Context, owner *node) error {
-	c.mu.Lock()
-	var blocking []*node
-	for _, dep := range c.graph.dependentsOf(owner.uid) {
-		if dep.blocks(owner.uid) {
-			blocking = append(blocking, dep)
-		}
-	}
-	for _, dep := range blocking {
-		if !dep.deleting {
-			c.queue.Add(dep.uid)
-		}
-	}
-	c.mu.Unlock()
-	if len(blocking) > 0 {
+	if c.queueBlocking(owner) {
 		return nil // each one's deletion queues the owner again
+	}
+	if err := c.awaitWatchesFor(ctx, owner); err != nil {
+		return err
+	}
+	if c.queueBlocking(owner) {
+		return nil
 	}
 	return c.removeFinalizer(ctx, owner, metav1.FinalizerDeleteDependents)
 }
 
+// queueBlocking queues the dependents the graph knows that block owner's
+// deletion, and reports whether there are any.
+func (c *Collector) queueBlocking(owner *node) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	blocking := false
+	for _, dep := range c.graph.dependentsOf(owner.uid) {
+		if !dep.blocks(owner.uid) {
+			continue
+		}
+		blocking = true
+		if !dep.deleting {
+			c.queue.Add(dep.uid)
+		}
+	}
+	return blocking
+}
+
 // attemptToOrphan removes the references to an owner deleting with the
-// orphan finalizer from its dependents, then the finalizer.
+// orphan finalizer from its dependents, then the finalizer. The dependents
+// are the graph's once it holds every one written before the owner was
+// seen orphaning: one whose watch is behind would be left naming an owner
+// gone, and deleted.
 func (c *Collector) attemptToOrphan(ctx context.Context, uid types.UID) error {
 	c.mu.Lock()
 	owner := c.graph.nodes[uid]
-	var deps []*node
-	if owner != nil {
-		deps = c.graph.dependentsOf(uid)
-	}
 	c.mu.Unlock()
 	if owner == nil || !owner.orphan {
 		return nil
 	}
+	if err := c.awaitWatchesFor(ctx, owner); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	deps := c.graph.dependentsOf(uid)
+	c.mu.Unlock()
 	for _, dep := range deps {
 		err := c.updateOwners(ctx, dep, func(refs []metav1.OwnerReference) []metav1.OwnerReference {
 			return slices.DeleteFunc(refs, func(r metav1.OwnerReference) bool { return r.UID == uid })

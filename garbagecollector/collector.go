@@ -11,14 +11,18 @@
 // owners are read from etcd (a uid found absent there stays absent: uids
 // are never reused), and the delete is guarded by the dependent's uid and
 // resourceVersion, so a dependent that was adopted or changed meanwhile is
-// looked at again, never deleted on a stale view. One replica runs it at a
-// time (under a Lease).
+// looked at again, never deleted on a stale view. An owner is let go
+// (Orphan, Foreground) only once every watch has applied every change up
+// to the revision its deletion was seen at (progress.go), so that no
+// dependent written before is missed. One replica runs it at a time (under
+// a Lease).
 package garbagecollector
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -46,6 +50,9 @@ type Config struct {
 	// RewatchDelay is the pause before a watch that ended is opened again
 	// (0: 500ms).
 	RewatchDelay time.Duration
+	// WatchWait bounds how long letting an owner go waits for the watches
+	// to catch up before it is looked at again later (0: 5s).
+	WatchWait time.Duration
 }
 
 // Collector collects the objects of one catalog.
@@ -68,6 +75,19 @@ type Collector struct {
 	reported map[string]bool
 	queue    workqueue.TypedRateLimitingInterface[types.UID]
 	orphans  workqueue.TypedRateLimitingInterface[types.UID]
+
+	// progressMu guards watches, advanced and each monitor's seen and
+	// askedAt (progress.go).
+	progressMu sync.Mutex
+	watches    map[*monitor]struct{}
+	// advanced is closed (and replaced) when a watch moves on.
+	advanced chan struct{}
+
+	// Tests' hooks: beforeEvent is called by a watch before it applies an
+	// event (to hold one resource's watch back); awaiting when a decision
+	// starts waiting for watches behind rev.
+	beforeEvent func(ctx context.Context, resource schema.GroupResource, ev watch.Event)
+	awaiting    func(rev int64, behind []schema.GroupResource)
 }
 
 // New returns the collector of catalog's objects. Run it under a Lease.
@@ -77,6 +97,9 @@ func New(catalog *registry.Catalog, cfg Config, log *slog.Logger) *Collector {
 	}
 	if cfg.RewatchDelay <= 0 {
 		cfg.RewatchDelay = 500 * time.Millisecond
+	}
+	if cfg.WatchWait <= 0 {
+		cfg.WatchWait = 5 * time.Second
 	}
 	c := &Collector{catalog: catalog, cfg: cfg, log: log, changed: make(chan struct{}, 1)}
 	catalog.Subscribe(func() {
@@ -103,6 +126,9 @@ func (c *Collector) Run(ctx context.Context) {
 	c.orphans = workqueue.NewTypedRateLimitingQueueWithConfig(limiter(), workqueue.TypedRateLimitingQueueConfig[types.UID]{})
 	queue, orphans := c.queue, c.orphans
 	c.mu.Unlock()
+	c.progressMu.Lock()
+	c.watches, c.advanced = map[*monitor]struct{}{}, make(chan struct{})
+	c.progressMu.Unlock()
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -156,6 +182,7 @@ func (c *Collector) monitor(ctx context.Context, wg *sync.WaitGroup, monitors ma
 		if want[gr] != m.store {
 			m.cancel()
 			delete(monitors, gr)
+			c.watching(m, true)
 		}
 	}
 	var synced []<-chan struct{}
@@ -166,6 +193,7 @@ func (c *Collector) monitor(ctx context.Context, wg *sync.WaitGroup, monitors ma
 		mctx, cancel := context.WithCancel(ctx)
 		m := &monitor{c: c, store: s, cancel: cancel, synced: make(chan struct{})}
 		monitors[gr] = m
+		c.watching(m, false)
 		synced = append(synced, m.synced)
 		wg.Add(1)
 		go func() {
@@ -184,6 +212,10 @@ type monitor struct {
 	// synced is closed once the first watch has sent the initial state.
 	synced     chan struct{}
 	syncedOnce sync.Once
+	// seen is the revision the watch has applied every change up to;
+	// askedAt, when etcd was last asked for its progress.
+	seen    int64
+	askedAt time.Time
 }
 
 func (m *monitor) run(ctx context.Context) {
@@ -198,10 +230,11 @@ func (m *monitor) run(ctx context.Context) {
 	}
 	// A store no longer served never syncs: nobody waits for it.
 	m.syncedOnce.Do(func() { close(m.synced) })
+	m.c.watching(m, true)
 }
 
 // watchOnce watches from the current state: the initial events replace
-// what the graph knew of this resource (objects deleted while no watch ran
+// what the graph knows of this resource (objects deleted while no watch ran
 // are forgotten as deleted), then every change is applied as it comes.
 func (m *monitor) watchOnce(ctx context.Context) error {
 	yes := true
@@ -209,33 +242,43 @@ func (m *monitor) watchOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	seen := map[types.UID]struct{}{}
-	initial := true
+	// initial holds the uids of the initial objects until their end.
+	initial := map[types.UID]struct{}{}
 	return w.Run(ctx, func(ev watch.Event, _ *registry.Encodings) error {
+		if m.c.beforeEvent != nil {
+			m.c.beforeEvent(ctx, m.store.Resource.GroupResource(), ev)
+		}
+		if ev.Type == watch.Error {
+			return fmt.Errorf("watch of %s: %w", m.store.Resource.GroupResource(), apierrors.FromObject(ev.Object))
+		}
+		obj, err := meta.Accessor(ev.Object)
+		if err != nil {
+			return fmt.Errorf("watch of %s sent a %T", m.store.Resource.GroupResource(), ev.Object)
+		}
+		rev, err := strconv.ParseInt(obj.GetResourceVersion(), 10, 64)
+		if err != nil {
+			return fmt.Errorf("watch of %s sent resourceVersion %q: %w", m.store.Resource.GroupResource(), obj.GetResourceVersion(), err)
+		}
 		switch ev.Type {
 		case watch.Bookmark:
-			if initial {
-				initial = false
-				m.c.forgetUnseen(m.store, seen)
-				seen = nil
+			if initial != nil {
+				m.c.forgetUnseen(m.store, initial)
+				initial = nil
 				m.syncedOnce.Do(func() { close(m.synced) })
 			}
 		case watch.Added, watch.Modified, watch.Deleted:
-			obj, err := meta.Accessor(ev.Object)
-			if err != nil {
-				return fmt.Errorf("watch of %s sent a %T", m.store.Resource.GroupResource(), ev.Object)
-			}
-			if initial {
-				seen[obj.GetUID()] = struct{}{}
+			if initial != nil {
+				initial[obj.GetUID()] = struct{}{}
 			}
 			if ev.Type == watch.Deleted {
 				m.c.deleted(obj.GetUID())
 			} else {
 				m.c.observed(newNode(m.store, obj))
 			}
-		case watch.Error:
-			return fmt.Errorf("watch of %s: %w", m.store.Resource.GroupResource(), apierrors.FromObject(ev.Object))
 		}
+		// Applied: the graph holds every change of this resource up to
+		// rev (a bookmark's too: etcd reports progress in order).
+		m.c.reached(m, rev)
 		return nil
 	})
 }

@@ -61,9 +61,15 @@ func newFixture(t testing.TB, wrap func(registry.Storage) registry.Storage) *fix
 }
 
 // run runs a collector until the test ends.
-func (f *fixture) run(t testing.TB) {
+func (f *fixture) run(t testing.TB) { f.runWith(t, nil) }
+
+// runWith runs a collector, set up by setup first, until the test ends.
+func (f *fixture) runWith(t testing.TB, setup func(*Collector)) {
 	t.Helper()
 	c := New(f.catalog, Config{}, slog.New(slog.NewTextHandler(f.log, nil)))
+	if setup != nil {
+		setup(c)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)
