@@ -177,7 +177,10 @@ func (c *Controller) sync(ctx context.Context, name string) (done bool, _ error)
 
 // deleteContent deletes the objects of namespace in every namespaced store
 // the catalog serves, in the background as kube's controller does, and
-// returns how many are left (held by finalizers, or still going).
+// returns how many are left (held by finalizers, or still going). What is
+// there is read by linearizable lists (at a revision after the namespace
+// was seen deleting), never from a watch that may lag, and no object can
+// be created in it since: "none left" misses nothing.
 func (c *Controller) deleteContent(ctx context.Context, namespace string) (remaining int, _ error) {
 	background := metav1.DeletePropagationBackground
 	var errs []error
