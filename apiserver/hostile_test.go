@@ -1,0 +1,157 @@
+package apiserver_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
+	metainternalversionscheme "k8s.io/apimachinery/pkg/apis/meta/internalversion/scheme"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/conversion"
+
+	"github.com/concord-dev/concord/etcdstore"
+	"github.com/concord-dev/concord/registry"
+)
+
+// countedSelector is a label selector whose every parse (apimachinery's
+// decoding of list options into their internal form, which parses the
+// selectors) is counted in countedSelectorParses.
+const countedSelector = "parse-count=hostile-test"
+
+var countedSelectorParses atomic.Int64
+
+// init wraps the decoding of list options in a counter, before any test
+// runs (the scheme is not safe to change while it is used).
+func init() {
+	err := metainternalversionscheme.Scheme.AddConversionFunc((*metav1.ListOptions)(nil), (*metainternalversion.ListOptions)(nil),
+		func(a, b any, scope conversion.Scope) error {
+			in := a.(*metav1.ListOptions)
+			if in.LabelSelector == countedSelector {
+				countedSelectorParses.Add(1)
+			}
+			return metainternalversion.Convert_v1_ListOptions_To_internalversion_ListOptions(in, b.(*metainternalversion.ListOptions), scope)
+		})
+	if err != nil {
+		panic(err)
+	}
+}
+
+// setSelector is a label selector of exactly n bytes (n ≥ 8): one
+// requirement, k in (a,a,…), its first value aa when n is odd.
+func setSelector(n int) string {
+	values := make([]string, (n-6)/2)
+	for i := range values {
+		values[i] = "a"
+	}
+	if n%2 == 1 {
+		values[0] = "aa"
+	}
+	return "k in (" + strings.Join(values, ",") + ")"
+}
+
+// terms joins n terms made by term.
+func terms(n int, term func(i int) string) string {
+	parts := make([]string, n)
+	for i := range parts {
+		parts[i] = term(i)
+	}
+	return strings.Join(parts, ",")
+}
+
+// TestSelectorLimits: a selector longer than 10 KiB or with more than 100
+// requirements is refused with 400 naming the limit, on lists, watches
+// and deletecollection; one at the limits is served.
+func TestSelectorLimits(t *testing.T) {
+	s := startServer(t)
+	const ns = "/api/v1/namespaces/default/configmaps"
+	labelReqs := func(n int) string { return terms(n, func(i int) string { return fmt.Sprintf("k%d=a", i) }) }
+	fieldReqs := func(n int) string { return terms(n, func(i int) string { return fmt.Sprintf("metadata.name!=n%d", i) }) }
+	longField := "metadata.name!=" + strings.Repeat("n", 10240-len("metadata.name!=")+1)
+	if len(setSelector(10240)) != 10240 || len(setSelector(10241)) != 10241 {
+		t.Fatalf("setSelector makes %d and %d bytes; want 10240 and 10241", len(setSelector(10240)), len(setSelector(10241)))
+	}
+	cases := []struct {
+		name, method, query string
+		code                int
+		message             string
+	}{
+		{"labelSelector at 10 KiB", http.MethodGet, "labelSelector=" + url.QueryEscape(setSelector(10240)), 200, ""},
+		{"labelSelector one byte over", http.MethodGet, "labelSelector=" + url.QueryEscape(setSelector(10241)), 400,
+			"the labelSelector is 10241 bytes long; the limit is 10240 bytes"},
+		// Commas unescaped, as the client sent them: 880 KB of
+		// URL, within the 1 MiB of headers.
+		{"labelSelector of 880 KB", http.MethodGet, "labelSelector=" + strings.ReplaceAll(url.QueryEscape(setSelector(880_000)), "%2C", ","), 400,
+			"the labelSelector is 880000 bytes long; the limit is 10240 bytes"},
+		{"labelSelector over, on a watch", http.MethodGet, "watch=1&labelSelector=" + url.QueryEscape(setSelector(10241)), 400,
+			"the labelSelector is 10241 bytes long; the limit is 10240 bytes"},
+		{"labelSelector over, on deletecollection", http.MethodDelete, "labelSelector=" + url.QueryEscape(setSelector(10241)), 400,
+			"the labelSelector is 10241 bytes long; the limit is 10240 bytes"},
+		{"fieldSelector over", http.MethodGet, "fieldSelector=" + url.QueryEscape(longField), 400,
+			"the fieldSelector is 10241 bytes long; the limit is 10240 bytes"},
+		{"100 label requirements", http.MethodGet, "labelSelector=" + url.QueryEscape(labelReqs(100)), 200, ""},
+		{"101 label requirements", http.MethodGet, "labelSelector=" + url.QueryEscape(labelReqs(101)), 400,
+			"the labelSelector has 101 requirements; the limit is 100"},
+		{"101 label requirements, on a watch", http.MethodGet, "watch=true&labelSelector=" + url.QueryEscape(labelReqs(101)), 400,
+			"the labelSelector has 101 requirements; the limit is 100"},
+		{"100 field requirements", http.MethodGet, "fieldSelector=" + url.QueryEscape(fieldReqs(100)), 200, ""},
+		{"101 field requirements", http.MethodGet, "fieldSelector=" + url.QueryEscape(fieldReqs(101)), 400,
+			"the fieldSelector has 101 requirements; the limit is 100"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := s.do(t, tc.method, ns+"?"+tc.query, nil)
+			if resp.Code != tc.code {
+				t.Fatalf("%s = %d %.300s; want %d", tc.method, resp.Code, resp.Body, tc.code)
+			}
+			if tc.code == http.StatusOK {
+				return
+			}
+			st := resp.status(t)
+			if st.Reason != metav1.StatusReasonBadRequest || st.Message != tc.message {
+				t.Errorf("Status reason %q message %q; want BadRequest, %q", st.Reason, st.Message, tc.message)
+			}
+		})
+	}
+	if resp := s.do(t, http.MethodGet, ns+"/x?labelSelector="+url.QueryEscape(setSelector(10241)), nil); resp.Code != http.StatusNotFound {
+		t.Errorf("GET of an object with a long labelSelector (not a list: no selector read) = %d; want 404", resp.Code)
+	}
+}
+
+// TestRefusedListParsesNoSelector: a list refused with 429 has not parsed
+// its selector (the parse costs up to half a second for a selector of the
+// 1 MiB the headers allow), and one that is served parses it once.
+func TestRefusedListParsesNoSelector(t *testing.T) {
+	gate := &gatedStorage{entered: make(chan string, 10), release: make(chan struct{})}
+	s := startServerWithOptions(t, serverOptions{
+		wrap:        func(st *etcdstore.Store) registry.Storage { gate.Store = st; return gate },
+		maxReadOnly: 1,
+		storeOpts:   []registry.StoreOption{registry.WithoutReadCache()},
+	})
+	const ns = "/api/v1/namespaces/default/configmaps"
+	list := ns + "?labelSelector=" + url.QueryEscape(countedSelector)
+
+	held := make(chan int, 1)
+	go func() { held <- doRaw(http.MethodGet, s.URL+ns+"/held-1", nil) }()
+	gate.waitEntered(t, 1)
+	before := countedSelectorParses.Load()
+	checkTooManyRequests(t, "list over the read-only limit", s.do(t, http.MethodGet, list, nil))
+	if n := countedSelectorParses.Load() - before; n != 0 {
+		t.Errorf("a list refused with 429 parsed its selector %d times; want 0", n)
+	}
+	close(gate.release)
+	if code := <-held; code != http.StatusNotFound {
+		t.Fatalf("the held GET = %d; want 404", code)
+	}
+
+	before = countedSelectorParses.Load()
+	if resp := s.do(t, http.MethodGet, list, nil); resp.Code != http.StatusOK {
+		t.Fatalf("list once the slot is free = %d %s; want 200", resp.Code, resp.Body)
+	}
+	if n := countedSelectorParses.Load() - before; n != 1 {
+		t.Errorf("a served list parsed its selector %d times; want once", n)
+	}
+}
