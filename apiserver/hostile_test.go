@@ -1,12 +1,16 @@
 package apiserver_test
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metainternalversionscheme "k8s.io/apimachinery/pkg/apis/meta/internalversion/scheme"
@@ -69,7 +73,9 @@ func TestSelectorLimits(t *testing.T) {
 	s := startServer(t)
 	const ns = "/api/v1/namespaces/default/configmaps"
 	labelReqs := func(n int) string { return terms(n, func(i int) string { return fmt.Sprintf("k%d=a", i) }) }
-	fieldReqs := func(n int) string { return terms(n, func(i int) string { return fmt.Sprintf("metadata.name!=n%d", i) }) }
+	fieldReqs := func(n int) string {
+		return terms(n, func(i int) string { return fmt.Sprintf("metadata.name!=n%d", i) })
+	}
 	longField := "metadata.name!=" + strings.Repeat("n", 10240-len("metadata.name!=")+1)
 	if len(setSelector(10240)) != 10240 || len(setSelector(10241)) != 10241 {
 		t.Fatalf("setSelector makes %d and %d bytes; want 10240 and 10241", len(setSelector(10240)), len(setSelector(10241)))
@@ -153,5 +159,91 @@ func TestRefusedListParsesNoSelector(t *testing.T) {
 	}
 	if n := countedSelectorParses.Load() - before; n != 1 {
 		t.Errorf("a served list parsed its selector %d times; want once", n)
+	}
+}
+
+// sendSized sends a POST of body, announcing its length (or none, chunked,
+// when chunked is set).
+func sendSized(t *testing.T, s *testServer, path, body string, chunked bool) response {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var reader io.Reader = strings.NewReader(body)
+	if chunked {
+		reader = io.MultiReader(reader) // hides the length
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.URL+path, reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("POST %s: read body: %v", path, err)
+	}
+	return response{Code: resp.StatusCode, Header: resp.Header, Body: data}
+}
+
+// configMapOfSize is a ConfigMap named name whose JSON is exactly n bytes.
+func configMapOfSize(t *testing.T, name string, n int) string {
+	t.Helper()
+	head, tail := `{"metadata":{"name":"`+name+`"},"data":{"a":"`, `"}}`
+	pad := n - len(head) - len(tail)
+	if pad < 0 {
+		t.Fatalf("a ConfigMap named %s takes more than %d bytes", name, n)
+	}
+	return head + strings.Repeat("x", pad) + tail
+}
+
+// TestMaxBytesInFlight: with 600 of 1,000 body bytes held in flight, a
+// POST of 500 bytes and a chunked one (which counts the largest body
+// allowed) are answered 429 with Retry-After, at once; one of 300 bytes,
+// bodiless requests and probes are served. Once the held body is done,
+// both are served, the chunked one because it is then alone.
+func TestMaxBytesInFlight(t *testing.T) {
+	gate := &gatedStorage{entered: make(chan string, 10), release: make(chan struct{})}
+	s := startServerWithOptions(t, serverOptions{
+		wrap:     func(st *etcdstore.Store) registry.Storage { gate.Store = st; return gate },
+		maxBytes: 1000,
+	})
+	const ns = "/api/v1/namespaces/default/configmaps"
+	var held sync.WaitGroup
+	heldCode := make(chan int, 1)
+	heldBody := []byte(configMapOfSize(t, "held-1", 600))
+	held.Go(func() { heldCode <- doRaw(http.MethodPost, s.URL+ns, heldBody) })
+	gate.waitEntered(t, 1)
+
+	checkTooManyRequests(t, "POST of 500 bytes with 600 of 1000 in flight", sendSized(t, s, ns, configMapOfSize(t, "big", 500), false))
+	checkTooManyRequests(t, "chunked POST with 600 of 1000 in flight", sendSized(t, s, ns, configMapOfSize(t, "chunked", 100), true))
+	if resp := sendSized(t, s, ns, configMapOfSize(t, "small", 300), false); resp.Code != http.StatusCreated {
+		t.Errorf("POST of 300 bytes with 600 of 1000 in flight = %d %s; want 201", resp.Code, resp.Body)
+	}
+	for _, path := range []string{ns, ns + "/small", "/readyz", "/livez", "/metrics"} {
+		if resp := s.do(t, http.MethodGet, path, nil); resp.Code != http.StatusOK {
+			t.Errorf("GET %s with the body bytes at their limit = %d %.200s; want 200", path, resp.Code, resp.Body)
+		}
+	}
+	if got := value(t, scrape(t, s), "apiserver_current_inflight_request_bytes", nil); got != 600 {
+		t.Errorf("apiserver_current_inflight_request_bytes = %v; want 600, the held body", got)
+	}
+
+	close(gate.release)
+	held.Wait()
+	if code := <-heldCode; code != http.StatusCreated {
+		t.Errorf("the held POST = %d; want 201", code)
+	}
+	if resp := sendSized(t, s, ns, configMapOfSize(t, "big", 500), false); resp.Code != http.StatusCreated {
+		t.Errorf("POST of 500 bytes after the held one = %d %s; want 201", resp.Code, resp.Body)
+	}
+	if resp := sendSized(t, s, ns, configMapOfSize(t, "chunked", 100), true); resp.Code != http.StatusCreated {
+		t.Errorf("chunked POST alone = %d %s; want 201 (a body above the limit is served alone)", resp.Code, resp.Body)
+	}
+	if got := value(t, scrape(t, s), "apiserver_current_inflight_request_bytes", nil); got != 0 {
+		t.Errorf("apiserver_current_inflight_request_bytes at the end = %v; want 0", got)
 	}
 }
