@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metainternalversionscheme "k8s.io/apimachinery/pkg/apis/meta/internalversion/scheme"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -245,5 +246,69 @@ func TestMaxBytesInFlight(t *testing.T) {
 	}
 	if got := value(t, scrape(t, s), "apiserver_current_inflight_request_bytes", nil); got != 0 {
 		t.Errorf("apiserver_current_inflight_request_bytes at the end = %v; want 0", got)
+	}
+}
+
+// TestMalformedJSONPatchIsRefusedWithoutEtcd: a JSON patch whose
+// operations are malformed whatever they are applied to is answered 422
+// at once, naming the operation and what is wrong, while etcd answers
+// nothing and nothing asks it; of an object and of a custom resource's
+// scale.
+func TestMalformedJSONPatchIsRefusedWithoutEtcd(t *testing.T) {
+	storage := &frozenStorage{}
+	s := startServerWithOptions(t, serverOptions{crds: true, requestTimeout: 10 * time.Second, wrap: func(st *etcdstore.Store) registry.Storage {
+		storage.Store = st
+		return storage
+	}})
+	s.namespace(t, "ns")
+	s.createCRD(t, gadgetsCRD)
+	if resp := s.do(t, http.MethodPost, gadgets, gadget("a", map[string]any{"replicas": 1})); resp.Code != http.StatusCreated {
+		t.Fatalf("create a gadget: %d %s", resp.Code, resp.Body)
+	}
+	existing := s.create(t, "default", "existing", nil)
+	const cm = "/api/v1/namespaces/default/configmaps/existing"
+	const known = `"add", "remove", "replace", "move", "copy", "test"`
+	cases := []struct{ name, path, patch, message string }{
+		{"replace without a path", cm, `[{"op":"replace"}]`, `operation 1: replace: "path" is missing`},
+		{"replace without a path, of a scale", gadgets + "/a/scale", `[{"op":"replace"}]`, `operation 1: replace: "path" is missing`},
+		{"move without a from, second", cm, `[{"op":"test","path":"/data","value":null},{"op":"move","path":"/data/x"}]`, `operation 2: move: "from" is missing`},
+		{"add without a value", cm, `[{"op":"add","path":"/data/x"}]`, `operation 1: add: "value" is missing`},
+		{"test without a value", cm, `[{"op":"test","path":"/data/x"}]`, `operation 1: test: "value" is missing`},
+		{"unknown op", cm, `[{"op":"frobnicate","path":"/data"}]`, `operation 1: "op" is "frobnicate"; it must be one of ` + known},
+		{"no op", cm, `[{"path":"/data","value":1}]`, `operation 1: "op" is missing or not a string; it must be one of ` + known},
+		{"path not a string", cm, `[{"op":"replace","path":5,"value":1}]`, `operation 1: replace: "path" is not a string`},
+		{"path not a pointer", cm, `[{"op":"remove","path":"data/x"}]`, `operation 1: remove: "path" "data/x" is not a JSON pointer: it must be empty or begin with "/"`},
+		{"bad escape in from", cm, `[{"op":"copy","from":"/data/~2","path":"/data/y"}]`, `operation 1: copy: "from" "/data/~2" is not a JSON pointer: "~" must be followed by 0 or 1`},
+	}
+	storage.frozen.Store(true)
+	defer storage.frozen.Store(false)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := storage.calls.Load()
+			start := time.Now()
+			resp := s.do(t, http.MethodPatch, tc.path, tc.patch, "Content-Type", "application/json-patch+json")
+			took := time.Since(start)
+			if resp.Code != http.StatusUnprocessableEntity {
+				t.Fatalf("PATCH with etcd frozen: %d after %s %s; want 422", resp.Code, took, resp.Body)
+			}
+			st := resp.status(t)
+			if want := "the JSON patch is malformed: " + tc.message; st.Reason != metav1.StatusReasonInvalid || st.Message != want {
+				t.Errorf("Status reason %q message %q; want Invalid, %q", st.Reason, st.Message, want)
+			}
+			if n := storage.calls.Load() - before; n != 0 {
+				t.Errorf("%d etcd requests for a malformed patch; want none", n)
+			}
+			if took > 2*time.Second {
+				t.Errorf("answered after %s; want at once", took)
+			}
+		})
+	}
+	storage.frozen.Store(false)
+	resp := s.do(t, http.MethodPatch, cm, `[{"op":"add","path":"/metadata/labels","value":{"k":"v"}},{"op":"copy","from":"/metadata/labels/k","path":"/metadata/labels/example.com~1k"}]`,
+		"Content-Type", "application/json-patch+json")
+	var got corev1.ConfigMap
+	resp.decode(t, &got)
+	if resp.Code != http.StatusOK || got.Labels["k"] != "v" || got.Labels["example.com/k"] != "v" || got.ResourceVersion == existing.ResourceVersion {
+		t.Errorf("a well-formed patch = %d %s; want 200, labels k and example.com/k", resp.Code, resp.Body)
 	}
 }
