@@ -198,12 +198,11 @@ func managerOrUserAgent(manager, userAgent string) string {
 // limits, and only once they are known to be within their limits
 // (checkSelectorSizes, checkSelectorRequirements).
 func listOptions(r *http.Request) (*metainternalversion.ListOptions, error) {
-	q := r.URL.Query()
-	if err := checkSelectorSizes(q); err != nil {
+	if err := checkSelectorSizes(r.URL.RawQuery); err != nil {
 		return nil, err
 	}
 	var opts metainternalversion.ListOptions
-	if err := metainternalversionscheme.ParameterCodec.DecodeParameters(q, metav1.SchemeGroupVersion, &opts); err != nil {
+	if err := metainternalversionscheme.ParameterCodec.DecodeParameters(r.URL.Query(), metav1.SchemeGroupVersion, &opts); err != nil {
 		return nil, apierrors.NewBadRequest(err.Error())
 	}
 	if err := checkSelectorRequirements(&opts); err != nil {

@@ -2,7 +2,6 @@ package apiserver
 
 import (
 	"fmt"
-	"net/url"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
@@ -10,12 +9,13 @@ import (
 	"github.com/concord-dev/concord/apiserver/filters"
 )
 
-// checkSelectorSizes refuses, before they are parsed, the selectors of a
-// list's query longer than filters.MaxSelectorBytes (400 naming the
-// limit). Only the first value of each is checked: it is the one parsed.
-func checkSelectorSizes(q url.Values) error {
+// checkSelectorSizes refuses, before they are parsed and before the query
+// is unescaped, the selectors of a list's query longer than
+// filters.MaxSelectorBytes (400 naming the limit). Only the first value of
+// each is checked: it is the one parsed.
+func checkSelectorSizes(rawQuery string) error {
 	for _, name := range []string{"labelSelector", "fieldSelector"} {
-		if n := len(q.Get(name)); n > filters.MaxSelectorBytes {
+		if n := filters.SelectorLength(rawQuery, name); n > filters.MaxSelectorBytes {
 			return apierrors.NewBadRequest(fmt.Sprintf("the %s is %d bytes long; the limit is %d bytes", name, n, filters.MaxSelectorBytes))
 		}
 	}

@@ -104,6 +104,12 @@ func TestQueryValue(t *testing.T) {
 			t.Errorf("queryValue(%.40q) = %q, %v; want %q, %v as url.ParseQuery", raw, got, ok, want, wantOK)
 		}
 	}
+	for _, sel := range []string{"", "app=web", "app in (a, b),!legacy", "a%b=c+d", strings.Repeat("k=v,", 3000)} {
+		raw := "limit=5&labelSelector=" + url.QueryEscape(sel) + "&labelSelector=other"
+		if got := SelectorLength(raw, "labelSelector"); got != len(sel) {
+			t.Errorf("SelectorLength of %.40q = %d; want %d", sel, got, len(sel))
+		}
+	}
 }
 
 func TestParsePolicy(t *testing.T) {
