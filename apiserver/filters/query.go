@@ -94,14 +94,17 @@ func watchRequested(rawQuery string) bool {
 
 // selectedName is the object a list or watch names with
 // fieldSelector=metadata.name=<name>, as kube-apiserver's RequestInfo
-// reads it, for authorization. Only a selector that names metadata.name
-// and is within MaxSelectorBytes is parsed: the handler refuses a longer
-// one. Unlike kube-apiserver, a list whose other options do not decode
-// (a bad labelSelector, limit=x) still names the object: the handler then
-// refuses it with 400.
+// reads it, for authorization. Only a selector within MaxSelectorBytes
+// (measured before it is unescaped) that names metadata.name is parsed:
+// the handler refuses a longer one. Unlike kube-apiserver, a list whose
+// other options do not decode (a bad labelSelector, limit=x) still names
+// the object: the handler then refuses it with 400.
 func selectedName(rawQuery string) (string, bool) {
+	if SelectorLength(rawQuery, "fieldSelector") > MaxSelectorBytes {
+		return "", false
+	}
 	sel, ok := queryValue(rawQuery, "fieldSelector")
-	if !ok || len(sel) > MaxSelectorBytes || !strings.Contains(sel, "metadata.name") {
+	if !ok || !strings.Contains(sel, "metadata.name") {
 		return "", false
 	}
 	parsed, err := fields.ParseSelector(sel)
