@@ -75,6 +75,8 @@ type serverOptions struct {
 	// requestTimeout is --request-timeout (0: the default).
 	maxReadOnly, maxMutating int
 	requestTimeout           time.Duration
+	// maxBytes bounds the request bodies in flight (0: no bound).
+	maxBytes int64
 	// storeOpts configure the stores (registry.WithoutReadCache for a
 	// test that injects faults into storage.Get).
 	storeOpts []registry.StoreOption
@@ -143,6 +145,7 @@ func startServerWithOptions(t testing.TB, opts serverOptions) *testServer {
 
 		MaxRequestsInFlight:         opts.maxReadOnly,
 		MaxMutatingRequestsInFlight: opts.maxMutating,
+		MaxRequestBytesInFlight:     opts.maxBytes,
 		RequestTimeout:              opts.requestTimeout,
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -193,10 +193,20 @@ func managerOrUserAgent(manager, userAgent string) string {
 	return b.String()
 }
 
+// listOptions decodes the options of a list, watch or deletecollection:
+// the one parse of its selectors, in the handler, behind the in-flight
+// limits, and only once they are known to be within their limits
+// (checkSelectorSizes, checkSelectorRequirements).
 func listOptions(r *http.Request) (*metainternalversion.ListOptions, error) {
+	if err := checkSelectorSizes(r.URL.RawQuery); err != nil {
+		return nil, err
+	}
 	var opts metainternalversion.ListOptions
 	if err := metainternalversionscheme.ParameterCodec.DecodeParameters(r.URL.Query(), metav1.SchemeGroupVersion, &opts); err != nil {
 		return nil, apierrors.NewBadRequest(err.Error())
+	}
+	if err := checkSelectorRequirements(&opts); err != nil {
+		return nil, err
 	}
 	return &opts, nil
 }

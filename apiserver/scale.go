@@ -172,6 +172,11 @@ func (h *resourceHandler) patchScale(w http.ResponseWriter, r *http.Request, sc 
 	if err != nil {
 		return nil, err
 	}
+	if pt == types.JSONPatchType {
+		if err := registry.CheckJSONPatch(patch); err != nil {
+			return nil, err
+		}
+	}
 	if pt == types.ApplyYAMLPatchType {
 		warnings := collectWarnings(&conds, r)
 		out, err := h.writeScale(r.Context(), sc, conds, true, func(parent registry.Object, current *autoscalingv1.Scale) (*autoscalingv1.Scale, []metav1.ManagedFieldsEntry, error) {

@@ -66,6 +66,10 @@ type Config struct {
 	// Retry-After. Watches are not counted. 0: no limit.
 	MaxRequestsInFlight         int
 	MaxMutatingRequestsInFlight int
+	// MaxRequestBytesInFlight bounds the bodies of the requests served at
+	// once: each counts its Content-Length, or MaxRequestBodyBytes without
+	// one (chunked); more are answered 429 with Retry-After. 0: no limit.
+	MaxRequestBytesInFlight int64
 	// Authentication, when set, authenticates every API request (health
 	// endpoints and /metrics are answered before it) and Authorizer
 	// authorizes it, before any storage access: 401 and 403 Status. Nil:
@@ -213,7 +217,10 @@ func New(cfg Config) *Handler {
 	// Resources first, through the catalog at request time: they are the
 	// busy paths, and no route of the router serves one.
 	routes := withResourceRoutes(router, catalog, m, cfg.TokenIssuer)
-	limited := filters.WithLimits(routes, cfg.MaxRequestsInFlight, cfg.MaxMutatingRequestsInFlight, cfg.Metrics, writeError)
+	limited := filters.WithLimits(routes, filters.Limits{
+		ReadOnly: cfg.MaxRequestsInFlight, Mutating: cfg.MaxMutatingRequestsInFlight,
+		Bytes: cfg.MaxRequestBytesInFlight, MaxBody: MaxRequestBodyBytes,
+	}, cfg.Metrics, writeError)
 	api := filters.WithCORS(filters.WithAuth(limited, cfg.Authentication, cfg.Authorizer, writeError, filteredRequests{catalog: catalog}), cfg.CORSAllowedOrigins)
 	probes := probeHandler(healthEndpoints(cfg.StorageCheck, cfg.ShutdownInitiated, cfg.CRDsSynced),
 		promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))

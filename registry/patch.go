@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -38,12 +39,8 @@ func (s *Store) Patch(ctx context.Context, namespace, name string, pt types.Patc
 		}}
 	}
 	if pt == types.JSONPatchType {
-		ops, err := jsonpatch.DecodePatch(patch)
-		if err != nil {
-			return nil, apierrors.NewBadRequest(err.Error())
-		}
-		if len(ops) > maxJSONPatchOperations {
-			return nil, apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("The allowed maximum operations in a JSON patch is %d, got %d", maxJSONPatchOperations, len(ops)))
+		if err := CheckJSONPatch(patch); err != nil {
+			return nil, err
 		}
 	}
 	if !json.Valid(patch) {
@@ -96,6 +93,93 @@ func (s *Store) Patch(ctx context.Context, namespace, name string, pt types.Patc
 		return out, nil
 	})
 	return obj, err
+}
+
+// jsonPatchOps are RFC 6902's operations, and whether each needs a value
+// (add, replace, test) or a from (move, copy).
+var jsonPatchOps = map[string]struct{ value, from bool }{
+	"add": {value: true}, "remove": {}, "replace": {value: true},
+	"move": {from: true}, "copy": {from: true}, "test": {value: true},
+}
+
+// CheckJSONPatch checks what is wrong with a JSON patch whatever it is
+// applied to, so that it is refused before any etcd read: it must be an
+// array of at most 10,000 operations (400, 413 as kube-apiserver), each a
+// known op with a path, a value or a from as RFC 6902 requires, the paths
+// JSON pointers (422, the code kube-apiserver answers once it fails to
+// apply such an operation; it applies an add without a value as null, and
+// a path without a leading "/" from the document's second level).
+func CheckJSONPatch(patch []byte) error {
+	ops, err := jsonpatch.DecodePatch(patch)
+	if err != nil {
+		return apierrors.NewBadRequest(err.Error())
+	}
+	if len(ops) > maxJSONPatchOperations {
+		return apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("The allowed maximum operations in a JSON patch is %d, got %d", maxJSONPatchOperations, len(ops)))
+	}
+	for i, op := range ops {
+		if err := checkJSONPatchOp(op); err != nil {
+			return &apierrors.StatusError{ErrStatus: metav1.Status{
+				Status:  metav1.StatusFailure,
+				Code:    http.StatusUnprocessableEntity,
+				Reason:  metav1.StatusReasonInvalid,
+				Message: fmt.Sprintf("the JSON patch is malformed: operation %d: %v", i+1, err),
+			}}
+		}
+	}
+	return nil
+}
+
+// checkJSONPatchOp checks one operation of a JSON patch.
+func checkJSONPatchOp(op jsonpatch.Operation) error {
+	const known = `"add", "remove", "replace", "move", "copy", "test"`
+	var kind string
+	if raw := op["op"]; raw == nil || json.Unmarshal(*raw, &kind) != nil {
+		return errors.New(`"op" is missing or not a string; it must be one of ` + known)
+	}
+	needs, ok := jsonPatchOps[kind]
+	if !ok {
+		return fmt.Errorf(`"op" is %q; it must be one of %s`, kind, known)
+	}
+	fields := []string{"path"}
+	if needs.from {
+		fields = append(fields, "from")
+	}
+	for _, field := range fields {
+		if err := checkJSONPointer(op, field); err != nil {
+			return fmt.Errorf("%s: %w", kind, err)
+		}
+	}
+	if _, ok := op["value"]; needs.value && !ok {
+		return fmt.Errorf(`%s: "value" is missing`, kind)
+	}
+	return nil
+}
+
+// checkJSONPointer checks that field of op is a JSON pointer (RFC 6901):
+// empty, or "/" and the reference tokens, in which "~" is "~0" or "~1".
+func checkJSONPointer(op jsonpatch.Operation, field string) error {
+	raw, ok := op[field]
+	if !ok || raw == nil {
+		return fmt.Errorf("%q is missing", field)
+	}
+	var pointer string
+	if err := json.Unmarshal(*raw, &pointer); err != nil {
+		return fmt.Errorf("%q is not a string", field)
+	}
+	if pointer != "" && !strings.HasPrefix(pointer, "/") {
+		return fmt.Errorf(`%q %q is not a JSON pointer: it must be empty or begin with "/"`, field, pointer)
+	}
+	for rest := pointer; ; {
+		i := strings.IndexByte(rest, '~')
+		if i < 0 {
+			return nil
+		}
+		if i+1 == len(rest) || (rest[i+1] != '0' && rest[i+1] != '1') {
+			return fmt.Errorf(`%q %q is not a JSON pointer: "~" must be followed by 0 or 1`, field, pointer)
+		}
+		rest = rest[i+2:]
+	}
 }
 
 func (s *Store) applyPatch(pt types.PatchType, current, patch []byte) ([]byte, error) {

@@ -3,6 +3,7 @@ package filters
 import (
 	"context"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -48,6 +49,20 @@ func TestRequestAttributes(t *testing.T) {
 		{"DELETE", "/api/v1/namespaces/team/configmaps/app", want{"delete", true, "", "v1", "configmaps", "", "team", "app"}},
 		{"DELETE", "/api/v1/namespaces/team/configmaps", want{"deletecollection", true, "", "v1", "configmaps", "", "team", ""}},
 		{"OPTIONS", "/api/v1/namespaces/team/configmaps", want{"", true, "", "v1", "configmaps", "", "team", ""}},
+		// A list or watch of one object by its name, as client-go's
+		// informers and kubectl wait ask; a selector over the limit names
+		// nothing (it is not parsed: the handler refuses it).
+		{"GET", "/api/v1/namespaces/team/configmaps?fieldSelector=metadata.name%3Dapp", want{"list", true, "", "v1", "configmaps", "", "team", "app"}},
+		{"GET", "/api/v1/namespaces/team/configmaps?watch=1&fieldSelector=metadata.name%3D%3Dapp%2Cmetadata.namespace%3Dteam", want{"watch", true, "", "v1", "configmaps", "", "team", "app"}},
+		{"GET", "/api/v1/namespaces/team/configmaps?fieldSelector=metadata.name!%3Dapp", want{"list", true, "", "v1", "configmaps", "", "team", ""}},
+		{"GET", "/api/v1/namespaces/team/configmaps?fieldSelector=metadata.name%3D..", want{"list", true, "", "v1", "configmaps", "", "team", ""}},
+		{"GET", "/api/v1/namespaces/team/configmaps?fieldSelector=metadata.name%3Dapp," + strings.Repeat("x", MaxSelectorBytes), want{"list", true, "", "v1", "configmaps", "", "team", ""}},
+		// ?watch= is read as the list options decoder reads it.
+		{"GET", "/api/v1/configmaps?watch=", want{"watch", true, "", "v1", "configmaps", "", "", ""}},
+		{"GET", "/api/v1/configmaps?watch=False", want{"list", true, "", "v1", "configmaps", "", "", ""}},
+		{"GET", "/api/v1/configmaps?watch=0&watch=1", want{"list", true, "", "v1", "configmaps", "", "", ""}},
+		{"GET", "/api/v1/configmaps?watch;=1", want{"list", true, "", "v1", "configmaps", "", "", ""}},
+		{"GET", "/api/v1/configmaps?w%61tch=1", want{"watch", true, "", "v1", "configmaps", "", "", ""}},
 		// The deprecated watch paths.
 		{"GET", "/api/v1/watch/namespaces/team/configmaps", want{"watch", true, "", "v1", "configmaps", "", "team", ""}},
 		{"GET", "/api/v1/watch/namespaces/team/configmaps/app", want{"watch", true, "", "v1", "configmaps", "", "team", "app"}},
@@ -72,6 +87,27 @@ func TestRequestAttributes(t *testing.T) {
 		}
 		if a.Path != r.URL.Path {
 			t.Errorf("%s %s: path %q", tc.method, tc.target, a.Path)
+		}
+	}
+}
+
+// TestQueryValue: queryValue reads a query as url.Values.Get does.
+func TestQueryValue(t *testing.T) {
+	for _, raw := range []string{
+		"", "watch", "watch=", "watch=1", "a=1&watch=2&watch=3", "watch=%zz&watch=4", "w%61tch=5", "watch+=6", "watch%20=7",
+		"watch=a%2Bb+c", "x;watch=8&watch=9", "&&watch=10&", "watch=%", strings.Repeat("a=1&", maxQueryParams) + "watch=11",
+		strings.Repeat("a=1&", maxQueryParams-1) + "watch=12",
+	} {
+		values, _ := url.ParseQuery(raw)
+		want, wantOK := values.Get("watch"), values.Has("watch")
+		if got, ok := queryValue(raw, "watch"); got != want || ok != wantOK {
+			t.Errorf("queryValue(%.40q) = %q, %v; want %q, %v as url.ParseQuery", raw, got, ok, want, wantOK)
+		}
+	}
+	for _, sel := range []string{"", "app=web", "app in (a, b),!legacy", "a%b=c+d", strings.Repeat("k=v,", 3000)} {
+		raw := "limit=5&labelSelector=" + url.QueryEscape(sel) + "&labelSelector=other"
+		if got := SelectorLength(raw, "labelSelector"); got != len(sel) {
+			t.Errorf("SelectorLength of %.40q = %d; want %d", sel, got, len(sel))
 		}
 	}
 }

@@ -3,11 +3,6 @@ package filters
 import (
 	"net/http"
 	"strings"
-
-	"k8s.io/apimachinery/pkg/api/validation/path"
-	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
-	metainternalversionscheme "k8s.io/apimachinery/pkg/apis/meta/internalversion/scheme"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Attributes are what an authorization decision is made on, as
@@ -56,7 +51,9 @@ var namespaceSubresources = map[string]bool{"status": true, "finalize": true}
 // collection; DELETE on a collection is deletecollection. A list or watch
 // whose fieldSelector is metadata.name=<name> names that object. Unlike
 // kube-apiserver, a GET of an object path with ?watch=true (which Concord
-// serves as a watch of that object) is watch, not get.
+// serves as a watch of that object) is watch, not get. It runs before the
+// in-flight limits, so it reads of the query only what it needs and never
+// parses the labelSelector (selectedName).
 func requestAttributes(r *http.Request) Attributes {
 	a := Attributes{Path: r.URL.Path, Verb: strings.ToLower(r.Method)}
 	parts := splitPath(r.URL.Path)
@@ -115,20 +112,13 @@ func requestAttributes(r *http.Request) Attributes {
 		a.Resource = parts[0]
 	}
 
-	q := r.URL.Query()
 	if a.Name == "" && a.Verb == "get" {
-		var opts metainternalversion.ListOptions
-		if err := metainternalversionscheme.ParameterCodec.DecodeParameters(q, metav1.SchemeGroupVersion, &opts); err != nil {
-			opts = metainternalversion.ListOptions{Watch: watchParam(q.Get("watch"))}
-		}
 		a.Verb = "list"
-		if opts.Watch {
+		if watchRequested(r.URL.RawQuery) {
 			a.Verb = "watch"
 		}
-		if opts.FieldSelector != nil {
-			if name, ok := opts.FieldSelector.RequiresExactMatch("metadata.name"); ok && len(path.IsValidPathSegmentName(name)) == 0 {
-				a.Name = name
-			}
+		if name, ok := selectedName(r.URL.RawQuery); ok {
+			a.Name = name
 		}
 	} else if a.Name != "" && a.Verb == "get" && viaMethod && IsWatch(r) {
 		// The same test as the object handler's, so that what is
@@ -161,8 +151,7 @@ func IsWatch(r *http.Request) bool {
 	case len(parts) > 4 && parts[0] == "apis" && parts[3] == "watch":
 		return true
 	}
-	values, ok := r.URL.Query()["watch"]
-	return ok && len(values) > 0 && values[0] != "0" && !strings.EqualFold(values[0], "false") && !isSubresourcePath(r.URL.Path)
+	return watchRequested(r.URL.RawQuery) && !isSubresourcePath(r.URL.Path)
 }
 
 // isSubresourcePath reports whether path names a subresource of an object
@@ -183,16 +172,6 @@ func isSubresourcePath(path string) bool {
 		return false
 	}
 	return (len(parts) == 5 && parts[0] == "namespaces") || (len(parts) == 3 && parts[0] != "namespaces")
-}
-
-// watchParam reads ?watch= as kube-apiserver does when the other list
-// options do not parse: anything but "false" and "0" is true.
-func watchParam(v string) bool {
-	switch strings.ToLower(v) {
-	case "", "false", "0":
-		return false
-	}
-	return true
 }
 
 // splitPath splits a path into its segments, without empty leading and

@@ -65,6 +65,10 @@ type Config struct {
 	// answered 429 with Retry-After. Watches are not counted. 0: no limit.
 	MaxRequestsInFlight         int
 	MaxMutatingRequestsInFlight int
+	// MaxRequestBytesInFlight bounds the bodies of the requests served at
+	// once (their Content-Length; 3 MiB without one); more are answered
+	// 429 with Retry-After. 0: no limit.
+	MaxRequestBytesInFlight int64
 	// ReadHeaderTimeout is how long a connection may take to send a
 	// request's headers (not a flag; tests shorten it). 0: 32 s, as
 	// kube-apiserver.
@@ -110,6 +114,7 @@ func DefaultConfig() Config {
 		// kube-apiserver's defaults.
 		MaxRequestsInFlight:         filters.DefaultMaxRequestsInFlight,
 		MaxMutatingRequestsInFlight: filters.DefaultMaxMutatingRequestsInFlight,
+		MaxRequestBytesInFlight:     filters.DefaultMaxRequestBytesInFlight,
 		Profiling:                   true,
 		WatchCache:                  true,
 		UnconditionalUpdate:         registry.UnconditionalHelmReleases.String(),
@@ -162,6 +167,7 @@ func (cfg *Config) AddFlags(fs *flag.FlagSet) {
 	cfg.addKubeFlags(fs)
 	fs.IntVar(&cfg.MaxRequestsInFlight, "max-requests-inflight", cfg.MaxRequestsInFlight, "most read-only requests (GET, HEAD, OPTIONS; watches are not counted) served at once; more are answered 429 with Retry-After, which clients such as client-go wait for and retry; 0: no limit")
 	fs.IntVar(&cfg.MaxMutatingRequestsInFlight, "max-mutating-requests-inflight", cfg.MaxMutatingRequestsInFlight, "most mutating requests (POST, PUT, PATCH, DELETE) served at once; more are answered 429 with Retry-After; 0: no limit")
+	fs.Int64Var(&cfg.MaxRequestBytesInFlight, "max-request-bytes-inflight", cfg.MaxRequestBytesInFlight, "most bytes of request bodies (each request's Content-Length; 3 MiB, the largest body allowed, for one that announces none) read or held at once; more are answered 429 with Retry-After; a body alone above it is served when no other is in flight; 0: no limit")
 	fs.BoolVar(&cfg.WatchCache, "watch-cache", cfg.WatchCache, "serve gets and lists (their first page; resourceVersion unset or 0) from memory: each replica keeps every object of a resource it reads current with an etcd watch and, per read, reads only etcd's current revision (one request for all reads that arrive meanwhile) and waits until it has applied it, so reads stay linearizable; false: every read goes to etcd")
 	fs.BoolVar(&cfg.Profiling, "profiling", cfg.Profiling, "serve Go's CPU, heap and goroutine profiles under /debug/pprof/ (authorized as a non-resource URL: by default system:masters only)")
 	fs.StringVar(&cfg.UnconditionalUpdate, "unconditional-update", cfg.UnconditionalUpdate, "which replaces (PUT) may come without metadata.resourceVersion or If-Match, done as kube-apiserver does (one etcd transaction guarded by the revision read, retried when another write lands first): helm-releases (Helm 3's release records: Secrets of type helm.sh/release.v1, ConfigMaps and Secrets labelled owner=helm), none (every one is refused with 428), or kube (kube-apiserver's rule: the resources whose kube strategy allows it, such as ConfigMaps, Secrets and Namespaces; never Leases)")
@@ -244,6 +250,9 @@ func (cfg *Config) Validate() error {
 	}
 	if cfg.MaxMutatingRequestsInFlight < 0 {
 		errs = append(errs, fmt.Errorf("--max-mutating-requests-inflight: %d must not be negative (0: no limit)", cfg.MaxMutatingRequestsInFlight))
+	}
+	if cfg.MaxRequestBytesInFlight < 0 {
+		errs = append(errs, fmt.Errorf("--max-request-bytes-inflight: %d must not be negative (0: no limit)", cfg.MaxRequestBytesInFlight))
 	}
 	if _, err := registry.ParseUnconditionalUpdate(cfg.UnconditionalUpdate); err != nil {
 		errs = append(errs, fmt.Errorf("--unconditional-update: %q is not one of helm-releases (the default), none, kube", cfg.UnconditionalUpdate))

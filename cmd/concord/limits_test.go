@@ -259,14 +259,18 @@ func TestInFlightFlags(t *testing.T) {
 		t.Errorf("defaults: --max-requests-inflight %d, --max-mutating-requests-inflight %d; want kube-apiserver's 400 and 200",
 			cfg.MaxRequestsInFlight, cfg.MaxMutatingRequestsInFlight)
 	}
-	if err := fs.Parse([]string{"--max-requests-inflight=0", "--max-mutating-requests-inflight=-1"}); err != nil {
+	if cfg.MaxRequestBytesInFlight != 64<<20 {
+		t.Errorf("default --max-request-bytes-inflight %d; want 64 MiB", cfg.MaxRequestBytesInFlight)
+	}
+	if err := fs.Parse([]string{"--max-requests-inflight=0", "--max-mutating-requests-inflight=-1", "--max-request-bytes-inflight=-1"}); err != nil {
 		t.Fatal(err)
 	}
 	cfg.DataDir = t.TempDir()
 	openServing(&cfg)
 	cfg.Complete()
 	err := cfg.Validate()
-	if err == nil || !strings.Contains(err.Error(), "--max-mutating-requests-inflight: -1 must not be negative") || strings.Contains(err.Error(), "--max-requests-inflight:") {
-		t.Errorf("Validate with 0 and -1 = %v; want only -1 refused (0 is no limit)", err)
+	if err == nil || !strings.Contains(err.Error(), "--max-mutating-requests-inflight: -1 must not be negative") ||
+		!strings.Contains(err.Error(), "--max-request-bytes-inflight: -1 must not be negative (0: no limit)") || strings.Contains(err.Error(), "--max-requests-inflight:") {
+		t.Errorf("Validate with 0 and -1 = %v; want only the -1s refused (0 is no limit)", err)
 	}
 }

@@ -203,6 +203,7 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 
 		MaxRequestsInFlight:         cfg.MaxRequestsInFlight,
 		MaxMutatingRequestsInFlight: cfg.MaxMutatingRequestsInFlight,
+		MaxRequestBytesInFlight:     cfg.MaxRequestBytesInFlight,
 
 		Authentication: sec.authn,
 		Authorizer:     sec.authz,
