@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,7 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/yaml"
 
 	"github.com/concord-dev/concord/registry"
@@ -37,24 +40,32 @@ func (w *wireRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
+// recordedBody copies what is read of a response body; a watch's is closed
+// by Stop while its decoder may still read.
 type recordedBody struct {
 	io.ReadCloser
+	mu  sync.Mutex
 	buf bytes.Buffer
 	out chan []byte
 }
 
 func (b *recordedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
+	b.mu.Lock()
 	b.buf.Write(p[:n])
+	b.mu.Unlock()
 	return n, err
 }
 
 func (b *recordedBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	select {
-	case b.out <- b.buf.Bytes():
+	case b.out <- bytes.Clone(b.buf.Bytes()):
 	default:
 	}
-	return b.ReadCloser.Close()
+	return err
 }
 
 // seen is everything recorded so far, as one string.
@@ -309,4 +320,40 @@ func TestMetadataClientOnCustomResources(t *testing.T) {
 		*gvk != (schema.GroupVersionKind{Group: "meta.k8s.io", Version: "v1", Kind: "PartialObjectMetadata"}) {
 		t.Errorf("protobuf: %v %v %#v", gvk, err, obj)
 	}
+}
+
+// TestMetadataInformerSyncsAndFollows: client-go's metadata informer (what
+// controller-runtime's metadata-only watches run) lists or watch-lists
+// Secrets as PartialObjectMetadata, syncs, and sees a change.
+func TestMetadataInformerSyncsAndFollows(t *testing.T) {
+	s := startServer(t)
+	for _, name := range []string{"a", "b"} {
+		body := map[string]any{"metadata": map[string]any{"name": name}, "data": map[string]any{"k": "dmFsdWU="}}
+		if resp := s.do(t, http.MethodPost, "/api/v1/namespaces/default/secrets", body); resp.Code != http.StatusCreated {
+			t.Fatalf("create: %d %s", resp.Code, resp.Body)
+		}
+	}
+	client, _ := metadataClient(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	factory := metadatainformer.NewFilteredSharedInformerFactory(client, 0, "default", nil)
+	informer := factory.ForResource(corev1.SchemeGroupVersion.WithResource("secrets")).Informer()
+	factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		t.Fatal("the metadata informer did not sync")
+	}
+	if keys := informer.GetStore().ListKeys(); len(keys) != 2 {
+		t.Fatalf("synced %v; want default/a and default/b", keys)
+	}
+	if resp := s.do(t, http.MethodPatch, "/api/v1/namespaces/default/secrets/a", `{"metadata":{"labels":{"seen":"yes"}}}`,
+		"Content-Type", "application/merge-patch+json"); resp.Code != http.StatusOK {
+		t.Fatalf("patch: %d %s", resp.Code, resp.Body)
+	}
+	for ctx.Err() == nil {
+		if obj, ok, _ := informer.GetStore().GetByKey("default/a"); ok && obj.(*metav1.PartialObjectMetadata).Labels["seen"] == "yes" {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("the metadata informer did not see the change")
 }
