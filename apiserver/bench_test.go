@@ -150,8 +150,9 @@ func BenchmarkPath(b *testing.B) {
 }
 
 // BenchmarkList2000 lists 2,000 1 KiB ConfigMaps: JSON (the pass-through
-// path), JSON through the decoding path (pretty output), protobuf, and the
-// bare etcd range of the same keys.
+// path), JSON through the decoding path (pretty output), protobuf, their
+// metadata alone (client-go's metadata client), and the bare etcd range of
+// the same keys.
 func BenchmarkList2000(b *testing.B) {
 	s := startServer(b)
 	s.namespace(b, "lists")
@@ -191,6 +192,7 @@ func BenchmarkList2000(b *testing.B) {
 	b.Run("json", list("", ""))
 	b.Run("json-decoded", list("?pretty=true", ""))
 	b.Run("protobuf", list("", "application/vnd.kubernetes.protobuf"))
+	b.Run("metadata", list("", "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"))
 	b.Run("etcd", func(b *testing.B) {
 		for b.Loop() {
 			if _, err := s.Etcd.Client.Get(context.Background(), "/registry/configmaps/lists/", clientv3.WithPrefix()); err != nil {

@@ -299,7 +299,7 @@ func customResponseSerializer(r *http.Request) (runtime.SerializerInfo, error) {
 // anything, whether the client accepts an answer it can have: kube
 // negotiates first, so a write whose answer would be 406 writes nothing.
 func checkCustomAccept(r *http.Request) error {
-	if wantsTable(r) {
+	if responseTransform(r).kind != "" {
 		return nil
 	}
 	_, err := customResponseSerializer(r)

@@ -1,9 +1,32 @@
 package apiserver
 
 import (
+	"fmt"
 	"net/http"
 	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
+
+// requestTimeout is how long a request that is not a watch may run, as
+// kube-apiserver's WithRequestDeadline works it out: max, or the request's
+// ?timeout when that is shorter (0 means max). A timeout that is not a Go
+// duration is kube's 400, which watches (long-running: their timeout is
+// timeoutSeconds) are not checked for.
+func requestTimeout(r *http.Request, max time.Duration) (time.Duration, error) {
+	value := r.URL.Query().Get("timeout")
+	if value == "" {
+		return max, nil
+	}
+	timeout, err := time.ParseDuration(value)
+	if err != nil {
+		return max, apierrors.NewBadRequest(fmt.Sprintf("invalid timeout specified in the request URL - %v", err))
+	}
+	if timeout > 0 && timeout < max {
+		return timeout, nil
+	}
+	return max, nil
+}
 
 // writeDeadlineGrace is how long after the request's deadline its response
 // may still be written: enough to send the 504 of a request that timed out,

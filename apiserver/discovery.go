@@ -61,11 +61,11 @@ func installDiscovery(router *mux.Router, catalog *registry.Catalog, extra ...*r
 	if crds, ok := catalog.Lookup(gv.Group, gv.Version, registry.CustomResourceDefinitions.Plural); ok {
 		d.crds = newCRDStates(crds)
 	}
-	router.Handle("/apis", withAggregatedDiscovery(func() encodedDiscovery { return d.current().apis },
+	apis := withAggregatedDiscovery(func() encodedDiscovery { return d.current().apis },
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			writeObject(w, r, http.StatusOK, d.current().groupList.DeepCopyObject())
-		}))).Methods(http.MethodGet)
-	router.Handle("/api", withAggregatedDiscovery(func() encodedDiscovery { return d.current().core },
+		}))
+	api := withAggregatedDiscovery(func() encodedDiscovery { return d.current().core },
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			writeObject(w, r, http.StatusOK, &metav1.APIVersions{
 				Versions: []string{"v1"},
@@ -73,7 +73,15 @@ func installDiscovery(router *mux.Router, catalog *registry.Catalog, extra ...*r
 					{ClientCIDR: "0.0.0.0/0", ServerAddress: r.Host},
 				},
 			})
-		}))).Methods(http.MethodGet)
+		}))
+	// With a trailing slash too, as kube-apiserver (its conformance tests
+	// read /apis/).
+	for _, path := range []string{"/apis", "/apis/"} {
+		router.Handle(path, apis).Methods(http.MethodGet)
+	}
+	for _, path := range []string{"/api", "/api/"} {
+		router.Handle(path, api).Methods(http.MethodGet)
+	}
 	router.HandleFunc("/api/{version}", func(w http.ResponseWriter, r *http.Request) {
 		list, ok := d.current().groupVersions[schema.GroupVersion{Version: mux.Vars(r)["version"]}]
 		serveDiscovery(w, r, list, ok)

@@ -377,3 +377,20 @@ func TestDiscoveryVersion(t *testing.T) {
 		t.Errorf("ServerVersion: %+v, %v", info, err)
 	}
 }
+
+// TestDiscoveryRootsWithATrailingSlash: /api/ and /apis/ answer as /api and
+// /apis do, as kube-apiserver's (its conformance tests read /apis/).
+func TestDiscoveryRootsWithATrailingSlash(t *testing.T) {
+	s := startServer(t)
+	for _, path := range []string{"/api", "/apis"} {
+		for _, accept := range []string{"application/json", aggregatedDiscoveryType} {
+			plain := s.do(t, http.MethodGet, path, nil, "Accept", accept)
+			slash := s.do(t, http.MethodGet, path+"/", nil, "Accept", accept)
+			if slash.Code != http.StatusOK || plain.Code != http.StatusOK ||
+				slash.Header.Get("Content-Type") != plain.Header.Get("Content-Type") || string(slash.Body) != string(plain.Body) {
+				t.Errorf("GET %s/ (%s): %d %q %s; want %s's %d %q %s", path, accept, slash.Code, slash.Header.Get("Content-Type"), slash.Body,
+					path, plain.Code, plain.Header.Get("Content-Type"), plain.Body)
+			}
+		}
+	}
+}

@@ -97,7 +97,6 @@ func TestBadInputIsRefusedWithoutEtcd(t *testing.T) {
 		{"PUT with a name other than the URL's", http.MethodPut, cms + "/other", put("", ""), nil, 400, metav1.StatusReasonBadRequest},
 		{"PUT with a namespace other than the URL's", http.MethodPut, cms + "/existing", put(`,"namespace":"elsewhere"`, ""), nil, 400, metav1.StatusReasonBadRequest},
 		{"PUT with a malformed resourceVersion", http.MethodPut, cms + "/existing", `{"metadata":{"name":"existing","resourceVersion":"abc"}}`, nil, 400, metav1.StatusReasonBadRequest},
-		{"PUT without a resourceVersion", http.MethodPut, cms + "/existing", `{"metadata":{"name":"existing"}}`, nil, 428, registry.StatusReasonPreconditionRequired},
 		{"POST with a too-long label value", http.MethodPost, cms, `{"metadata":{"name":"new","labels":{"a":"` + longLabel + `"}}}`, nil, 422, metav1.StatusReasonInvalid},
 		{"POST with an invalid name", http.MethodPost, cms, `{"metadata":{"name":"Not_A_Name"}}`, nil, 422, metav1.StatusReasonInvalid},
 		{"POST of a Namespace with an invalid name", http.MethodPost, "/api/v1/namespaces", `{"metadata":{"name":"a.b"}}`, nil, 422, metav1.StatusReasonInvalid},

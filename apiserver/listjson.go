@@ -13,9 +13,10 @@ import (
 // fastFormat is the media type a get or list may be written in without
 // encoding its objects: JSON (the stored bytes) or Kubernetes protobuf
 // (the cache's encodings), when that is the client's preferred format and
-// it asks for no Table; JSON not pretty-printed. "" otherwise.
+// it asks for no Table nor metadata alone; JSON not pretty-printed. ""
+// otherwise.
 func fastFormat(r *http.Request) string {
-	if wantsTable(r) {
+	if responseTransform(r).kind != "" {
 		return ""
 	}
 	info, err := responseSerializer(r)

@@ -143,3 +143,58 @@ func TestWriteJSONAnswersWhatDecodingAnswers(t *testing.T) {
 		}
 	}
 }
+
+// TestListItemsOfBuiltInsHaveNoTypeMeta: kube-apiserver's lists of built-in
+// kinds leave out their items' kind and apiVersion (typed items), in every
+// path Concord answers a list by (the stored JSON passed through, decoded
+// objects for a selector or pretty output), while custom resources' items
+// keep them (unstructured), and a watch's objects carry them.
+func TestListItemsOfBuiltInsHaveNoTypeMeta(t *testing.T) {
+	s := startCRDServer(t)
+	s.create(t, "default", "cm", map[string]string{"app": "x"})
+	s.waitServed(t, s.createCRD(t, gadgetsCRD))
+	if resp := s.do(t, http.MethodPost, gadgets, gadget("a", nil)); resp.Code != http.StatusCreated {
+		t.Fatalf("create: %d %s", resp.Code, resp.Body)
+	}
+	tests := []struct {
+		name, path  string
+		wantTypeMet bool
+	}{
+		{"stored JSON", nsPath, false},
+		{"a page", nsPath + "?limit=1", false},
+		{"selected", nsPath + "?labelSelector=app%3Dx", false},
+		{"pretty", nsPath + "?pretty=true", false},
+		{"all namespaces", "/api/v1/configmaps?fieldSelector=metadata.name%3Dcm", false},
+		{"CRDs", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", false},
+		{"custom", gadgets, true},
+		{"custom selected", gadgets + "?labelSelector=x!%3Dy", true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := s.do(t, http.MethodGet, tc.path, nil)
+			var list struct {
+				Kind, APIVersion string
+				Items            []map[string]json.RawMessage
+			}
+			resp.decode(t, &list)
+			if resp.Code != http.StatusOK || list.Kind == "" || list.APIVersion == "" || len(list.Items) == 0 {
+				t.Fatalf("%d %s", resp.Code, resp.Body)
+			}
+			for _, item := range list.Items {
+				_, kind := item["kind"]
+				_, apiVersion := item["apiVersion"]
+				if kind != tc.wantTypeMet || apiVersion != tc.wantTypeMet {
+					t.Errorf("item has kind %v, apiVersion %v; want %v: %s", kind, apiVersion, tc.wantTypeMet, resp.Body)
+				}
+				if _, ok := item["metadata"]; !ok {
+					t.Errorf("item without metadata: %s", resp.Body)
+				}
+			}
+		})
+	}
+	// A watch's objects carry their kind, as kube's.
+	resp := s.do(t, http.MethodGet, nsPath+"?watch=true&timeoutSeconds=1&resourceVersion=0", nil)
+	if resp.Code != http.StatusOK || !strings.Contains(string(resp.Body), `"object":{"kind":"ConfigMap","apiVersion":"v1",`) {
+		t.Errorf("watch: %d %s", resp.Code, resp.Body)
+	}
+}

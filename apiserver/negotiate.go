@@ -216,9 +216,11 @@ func decodeDeleteOptions(w http.ResponseWriter, r *http.Request, gv schema.Group
 	return opts, nil
 }
 
-// responseSerializer negotiates the Accept header. Media ranges with
-// parameters Concord does not serve yet (as=Table) are skipped, so kubectl's
-// "Table, else JSON" lands on JSON; nothing acceptable is 406.
+// responseSerializer negotiates the Accept header for the objects
+// themselves. Media ranges that ask for a conversion (as=Table,
+// as=PartialObjectMetadata: responseTransform) are skipped, so kubectl's
+// "Table, else JSON" lands on JSON where no Table is served; nothing
+// acceptable is 406.
 func responseSerializer(r *http.Request) (runtime.SerializerInfo, error) {
 	for _, mediaType := range acceptedMediaTypes(r) {
 		if info, ok := serializerFor(mediaType); ok {
@@ -231,8 +233,8 @@ func responseSerializer(r *http.Request) (runtime.SerializerInfo, error) {
 
 // acceptedMediaTypes are the media types of the request's Accept header, the
 // most preferred first (q, then order); */* and application/* read as JSON.
-// Ranges with parameters served elsewhere (as=Table: wantsTable) and q=0
-// are left out.
+// Ranges that ask for a conversion (as=: responseTransform) and q=0 are
+// left out.
 func acceptedMediaTypes(r *http.Request) []string {
 	accept := r.Header.Get("Accept")
 	if strings.TrimSpace(accept) == "" {
@@ -268,4 +270,61 @@ func acceptedMediaTypes(r *http.Request) []string {
 		out[i] = c.mediaType
 	}
 	return out
+}
+
+// transformTarget is what a client asks a read to be answered as in place of
+// the objects themselves (kube-apiserver's media type "Convert"): a
+// meta.k8s.io/v1 Table, PartialObjectMetadata or PartialObjectMetadataList,
+// in mediaType. The zero value asks for the objects.
+type transformTarget struct {
+	kind, mediaType string
+}
+
+// partial reports whether the target is an object's or a list's metadata
+// alone.
+func (t transformTarget) partial() bool {
+	return t.kind == partialObjectMetadata || t.kind == partialObjectMetadataList
+}
+
+// contentType is the answer's Content-Type, as the Table's is.
+func (t transformTarget) contentType() string {
+	return t.mediaType + ";as=" + t.kind + ";v=v1;g=" + metav1.GroupName
+}
+
+const (
+	partialObjectMetadata     = "PartialObjectMetadata"
+	partialObjectMetadataList = "PartialObjectMetadataList"
+)
+
+// responseTransform reads the Accept header's media ranges in order, as
+// wantsTable always did: the first one Concord serves decides. A plain one
+// (application/json, */*) asks for the objects; one with as=, g=meta.k8s.io
+// and v=v1 asks for a Table (JSON only) or for metadata alone (JSON, YAML or
+// protobuf, for built-in and custom resources alike, as kube-apiserver
+// allows). Ranges Concord serves in no way (v1beta1, an unknown kind) are
+// passed over, so a client's fallback applies.
+func responseTransform(r *http.Request) transformTarget {
+	for _, part := range strings.Split(r.Header.Get("Accept"), ",") {
+		mediaType, params, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err != nil {
+			continue
+		}
+		_, served := serializerFor(mediaType)
+		as := params["as"]
+		if as == "" {
+			if served || mediaType == "*/*" || mediaType == "application/*" {
+				return transformTarget{}
+			}
+			continue
+		}
+		if params["g"] != metav1.GroupName || params["v"] != "v1" {
+			continue
+		}
+		switch {
+		case as == "Table" && mediaType == runtime.ContentTypeJSON,
+			(as == partialObjectMetadata || as == partialObjectMetadataList) && served:
+			return transformTarget{kind: as, mediaType: mediaType}
+		}
+	}
+	return transformTarget{}
 }

@@ -94,8 +94,12 @@ func (h *resourceHandler) item(w http.ResponseWriter, r *http.Request) {
 // the bytes just stored, with the resourceVersion inserted, rather than a
 // second encoding of the same object. A dry run stored nothing: its answer
 // carries the stored resourceVersion but not the stored bytes, so it is
-// always encoded.
+// always encoded. A client that asks for metadata alone gets it.
 func (h *resourceHandler) writeWritten(w http.ResponseWriter, r *http.Request, code int, obj registry.Object, dryRun bool) {
+	if target := responseTransform(r); target.partial() {
+		writePartial(w, r, target, code, obj)
+		return
+	}
 	if info, err := responseSerializer(r); err == nil && !dryRun && info.MediaType == runtime.ContentTypeJSON && !wantsPretty(r) {
 		if raw, ok := h.store.WrittenJSON(obj); ok {
 			writeJSON(w, r, code, raw)

@@ -301,6 +301,7 @@ func (rc *requestContext) serve(w http.ResponseWriter, r *http.Request, isWatch 
 	info := &requestInfo{verb: r.Method, component: componentAPIServer, auditID: auditID, log: log, base: r.Context()}
 	ctx, cancel := r.Context(), context.CancelFunc(func() {})
 	ended := func() {}
+	var timeoutErr error
 	if isWatch {
 		// Counted before its handler can take the connection over, so
 		// that no watch slips between http.Server.Shutdown and
@@ -308,7 +309,9 @@ func (rc *requestContext) serve(w http.ResponseWriter, r *http.Request, isWatch 
 		rc.watches.Add(1)
 		ended = rc.watches.Done
 	} else {
-		ctx, cancel = context.WithTimeout(ctx, rc.timeout)
+		var timeout time.Duration
+		timeout, timeoutErr = requestTimeout(r, rc.timeout)
+		ctx, cancel = context.WithTimeout(ctx, timeout)
 	}
 	defer cancel()
 	ctx = context.WithValue(ctx, requestInfoKey{}, info)
@@ -350,6 +353,10 @@ func (rc *requestContext) serve(w http.ResponseWriter, r *http.Request, isWatch 
 			ended()
 		}
 	}()
+	if timeoutErr != nil {
+		writeError(rec, r, timeoutErr)
+		return nil
+	}
 	rc.next.ServeHTTP(rec, r)
 	return nil
 }

@@ -2,9 +2,7 @@ package apiserver
 
 import (
 	"fmt"
-	"mime"
 	"net/http"
-	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -24,22 +22,7 @@ const tableMediaType = "application/json;as=Table;v=v1;g=meta.k8s.io"
 // range is a meta.k8s.io/v1 Table in JSON (kubectl get asks for that, then
 // v1beta1, then plain JSON).
 func wantsTable(r *http.Request) bool {
-	for _, part := range strings.Split(r.Header.Get("Accept"), ",") {
-		mediaType, params, err := mime.ParseMediaType(strings.TrimSpace(part))
-		if err != nil {
-			continue
-		}
-		if params["as"] == "" {
-			if _, ok := serializerFor(mediaType); ok || mediaType == "*/*" || mediaType == "application/*" {
-				return false
-			}
-			continue
-		}
-		if params["as"] == "Table" && params["g"] == metav1.GroupName && params["v"] == "v1" && mediaType == runtime.ContentTypeJSON {
-			return true
-		}
-	}
-	return false
+	return responseTransform(r).kind == "Table"
 }
 
 var (
@@ -50,9 +33,15 @@ var (
 )
 
 // writeResource answers a GET of one object or a list: as a Table of the
-// resource's columns when the client asks for one, else as it is.
+// resource's columns or as its metadata alone when the client asks for
+// that, else as it is.
 func writeResource(w http.ResponseWriter, r *http.Request, res *registry.Resource, obj runtime.Object) {
-	if !wantsTable(r) {
+	target := responseTransform(r)
+	if target.partial() {
+		writePartial(w, r, target, http.StatusOK, obj)
+		return
+	}
+	if target.kind != "Table" {
 		writeObjectOf(w, r, res, http.StatusOK, obj)
 		return
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/concord-dev/concord/etcdstore"
 	"github.com/concord-dev/concord/internal/syncbuf"
@@ -410,5 +411,43 @@ func eventsV1Body(tier string) map[string]any {
 		"eventTime": "2026-01-01T00:00:00.000000Z", "reportingController": "example.com/c", "reportingInstance": "c-1",
 		"action": "A", "reason": "R", "type": "Normal", "note": "n",
 		"regarding": map[string]any{"kind": "ConfigMap", "namespace": "default", "name": "cm"},
+	}
+}
+
+// TestReplaceOfAMissingObjectWithoutVersion: a PUT without a
+// resourceVersion of an object that does not exist is kube-apiserver's 404
+// where kube's strategy does not create on update — custom resources,
+// ConfigMaps, and a status — in every --unconditional-update mode; Leases
+// (created on update in kube) keep Concord's 428. Nothing is stored.
+func TestReplaceOfAMissingObjectWithoutVersion(t *testing.T) {
+	for _, mode := range []registry.UnconditionalUpdate{registry.UnconditionalHelmReleases, registry.UnconditionalKube} {
+		t.Run(mode.String(), func(t *testing.T) {
+			s := startServerWithOptions(t, serverOptions{crds: true, storeOpts: []registry.StoreOption{registry.WithUnconditionalUpdate(mode)}})
+			s.namespace(t, "ns")
+			s.waitServed(t, s.createCRD(t, gadgetsCRD))
+			lease := map[string]any{"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": map[string]any{"name": "missing"}}
+			for _, tc := range []struct {
+				path   string
+				body   any
+				code   int
+				reason metav1.StatusReason
+			}{
+				{gadgets + "/missing", gadget("missing", nil), http.StatusNotFound, metav1.StatusReasonNotFound},
+				{gadgets + "/missing/status", gadget("missing", nil), http.StatusNotFound, metav1.StatusReasonNotFound},
+				{"/api/v1/namespaces/ns/configmaps/missing", map[string]any{"metadata": map[string]any{"name": "missing"}}, http.StatusNotFound, metav1.StatusReasonNotFound},
+				{"/apis/coordination.k8s.io/v1/namespaces/ns/leases/missing", lease, http.StatusPreconditionRequired, "PreconditionRequired"},
+			} {
+				resp := s.do(t, http.MethodPut, tc.path, tc.body)
+				st := resp.status(t)
+				if resp.Code != tc.code || st.Reason != tc.reason {
+					t.Errorf("PUT %s: %d %s %q; want %d %s", tc.path, resp.Code, st.Reason, st.Message, tc.code, tc.reason)
+				}
+			}
+			for _, prefix := range []string{"/registry/example.com/gadgets/", "/registry/configmaps/ns/", "/registry/leases/"} {
+				if keys := s.storedKeys(t, prefix); len(keys) != 0 {
+					t.Errorf("stored under %s: %v", prefix, keys)
+				}
+			}
+		})
 	}
 }

@@ -33,10 +33,8 @@ func (h *resourceHandler) serveWatch(w http.ResponseWriter, r *http.Request, nam
 			opts.FieldSelector = fields.AndSelectors(opts.FieldSelector, byName)
 		}
 	}
-	info, err := responseSerializer(r)
-	if isCustom(h.store.Resource) {
-		info, err = customResponseSerializer(r)
-	}
+	target := responseTransform(r)
+	info, err := h.watchSerializer(r, target)
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -102,7 +100,7 @@ func (h *resourceHandler) serveWatch(w http.ResponseWriter, r *http.Request, nam
 
 	ws := &watchStream{
 		h: h, stream: stream, info: info, req: infoOf(r), timeout: timeout,
-		asTable: wantsTable(r), includeObject: r.URL.Query().Get("includeObject"), headers: true,
+		asTable: target.kind == "Table", asPartial: target.partial(), includeObject: r.URL.Query().Get("includeObject"), headers: true,
 	}
 	if detach {
 		conn, _, err := flusher.Hijack()
@@ -138,6 +136,9 @@ type watchStream struct {
 	asTable       bool
 	includeObject string
 	headers       bool
+	// asPartial: each object is sent as its metadata alone, a
+	// PartialObjectMetadata (client-go's metadata informers).
+	asPartial bool
 
 	out     io.Writer
 	flush   func() error
@@ -220,7 +221,11 @@ func (ws *watchStream) send(ev watch.Event, encodings *registry.Encodings) error
 	}
 	// A fan-out event is encoded once per format and shared by every
 	// watcher of this replica.
-	raw, err := encodings.Get(ws.info.MediaType, ws.encodeObject(obj))
+	format, encodeObject := ws.info.MediaType, ws.encodeObject(obj)
+	if ws.asPartial && ev.Type != watch.Error {
+		format, encodeObject = format+";as="+partialObjectMetadata, ws.encodePartial(obj)
+	}
+	raw, err := encodings.Get(format, encodeObject)
 	if err != nil {
 		return err
 	}
@@ -247,6 +252,36 @@ func (ws *watchStream) encodeObject(obj runtime.Object) func() ([]byte, error) {
 		}
 		return bytes.TrimRight(buf.Bytes(), "\n"), nil
 	}
+}
+
+// encodePartial encodes obj's metadata alone, converted only when the
+// event's encoding is not shared yet.
+func (ws *watchStream) encodePartial(obj runtime.Object) func() ([]byte, error) {
+	return func() ([]byte, error) {
+		partial, err := partialObject(obj)
+		if err != nil {
+			return nil, err
+		}
+		return ws.encodeObject(partial)()
+	}
+}
+
+// watchSerializer is the format of a watch's events: the client's, of those
+// the resource is served in, or of those its metadata alone is (any, for
+// custom resources too). Watch events are objects, not lists: a client that
+// asks for PartialObjectMetadataList is answered 406 before the watch starts.
+func (h *resourceHandler) watchSerializer(r *http.Request, target transformTarget) (runtime.SerializerInfo, error) {
+	switch {
+	case target.kind == partialObjectMetadataList:
+		return runtime.SerializerInfo{}, statusError(http.StatusNotAcceptable, metav1.StatusReasonNotAcceptable,
+			"you requested PartialObjectMetadataList, but a watch sends objects: ask for PartialObjectMetadata")
+	case target.kind == partialObjectMetadata:
+		info, _ := serializerFor(target.mediaType)
+		return info, nil
+	case isCustom(h.store.Resource):
+		return customResponseSerializer(r)
+	}
+	return responseSerializer(r)
 }
 
 // writeJSONEvent writes {"type":T,"object":RAW} and a newline: one event of

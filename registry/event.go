@@ -45,6 +45,7 @@ var Events = &Resource{
 	FieldSet: func(obj Object) fields.Set { return eventFields(obj.(*corev1.Event)) },
 	// As kube's event strategy (both versions).
 	AllowUnconditionalUpdate: true,
+	AllowCreateOnUpdate:      true,
 }
 
 // EventsV1 are events.k8s.io/v1 Events: the same stored objects as Events,
@@ -73,6 +74,7 @@ var EventsV1 = &Resource{
 	},
 	FieldSet:                 func(obj Object) fields.Set { return eventsV1Fields(obj.(*eventsv1.Event)) },
 	AllowUnconditionalUpdate: true,
+	AllowCreateOnUpdate:      true,
 	Storage: &StorageVersion{
 		Of:         Events,
 		ToStored:   func(obj Object) (Object, error) { return eventFromV1(obj.(*eventsv1.Event)), nil },

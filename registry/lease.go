@@ -22,6 +22,7 @@ var Leases = &Resource{
 	Strategy:       leaseStrategy{},
 	// kube's lease strategy refuses a replace without a resourceVersion.
 	AllowUnconditionalUpdate: false,
+	AllowCreateOnUpdate:      true,
 	TableColumns: []metav1.TableColumnDefinition{
 		{Name: "Holder", Type: "string", Description: "The identity of the current holder."},
 	},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	"k8s.io/apimachinery/pkg/apis/meta/internalversion/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -330,6 +332,9 @@ func (s *Store) newList(items []runtime.Object, rev int64, token string, remaini
 	if err := meta.SetList(list, items); err != nil {
 		return nil, fmt.Errorf("set list items: %w", err)
 	}
+	if err := clearItemsTypeMeta(list); err != nil {
+		return nil, err
+	}
 	listMeta, err := meta.ListAccessor(list)
 	if err != nil {
 		return nil, fmt.Errorf("list metadata: %w", err)
@@ -338,6 +343,27 @@ func (s *Store) newList(items []runtime.Object, rev int64, token string, remaini
 	listMeta.SetContinue(token)
 	listMeta.SetRemainingItemCount(remaining)
 	return list, nil
+}
+
+// clearItemsTypeMeta leaves out the kind and apiVersion of a typed list's
+// items, as kube-apiserver's typed lists do (a custom resource's keep them).
+// Only items the list holds by value are cleared: they are its own copies of
+// the objects, so the cache's keep theirs.
+func clearItemsTypeMeta(list runtime.Object) error {
+	if _, custom := list.(*unstructured.UnstructuredList); custom {
+		return nil
+	}
+	itemsPtr, err := meta.GetItemsPtr(list)
+	if err != nil {
+		return fmt.Errorf("list items: %w", err)
+	}
+	if reflect.TypeOf(itemsPtr).Elem().Elem().Kind() != reflect.Struct {
+		return nil
+	}
+	return meta.EachListItem(list, func(item runtime.Object) error {
+		item.GetObjectKind().SetGroupVersionKind(schema.GroupVersionKind{})
+		return nil
+	})
 }
 
 // DeleteCollection deletes every object of namespace (all when empty) that

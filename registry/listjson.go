@@ -9,6 +9,8 @@ import (
 	"strconv"
 
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/concord-dev/concord/etcdstore"
 )
@@ -30,6 +32,9 @@ type JSONItem struct {
 	object []byte
 	at     int // just after the '{' of the top-level metadata
 	rev    int64
+	// skip is how many bytes after the object's '{' are left out: its kind
+	// and apiVersion, in a list of a built-in resource (withoutTypeMeta).
+	skip int
 }
 
 func newJSONItem(obj []byte, rev int64) (JSONItem, error) {
@@ -47,7 +52,8 @@ func newJSONItem(obj []byte, rev int64) (JSONItem, error) {
 // field of its top-level metadata.
 func (it JSONItem) WriteJSON(w *bufio.Writer) error {
 	var field [40]byte
-	w.Write(it.object[:it.at])
+	w.WriteByte('{')
+	w.Write(it.object[1+it.skip : it.at])
 	w.Write(it.appendField(field[:0]))
 	_, err := w.Write(it.object[it.at:])
 	return err
@@ -55,7 +61,8 @@ func (it JSONItem) WriteJSON(w *bufio.Writer) error {
 
 // appendJSON is WriteJSON into a byte slice.
 func (it JSONItem) appendJSON(out []byte) []byte {
-	out = append(out, it.object[:it.at]...)
+	out = append(out, '{')
+	out = append(out, it.object[1+it.skip:it.at]...)
 	out = it.appendField(out)
 	return append(out, it.object[it.at:]...)
 }
@@ -72,10 +79,31 @@ func (it JSONItem) appendField(out []byte) []byte {
 	return out
 }
 
+// withoutTypeMeta leaves out the item's kind and apiVersion when its JSON
+// starts with prefix, them (typeMetaPrefix). ok is false when it does not.
+func (it JSONItem) withoutTypeMeta(prefix []byte) (_ JSONItem, ok bool) {
+	if !bytes.HasPrefix(it.object, prefix) || it.at <= len(prefix) {
+		return it, false
+	}
+	it.skip = len(prefix) - 1
+	return it, true
+}
+
+// typeMetaPrefix is how a built-in object of gvk is stored: its JSON starts
+// with its kind and apiVersion (the serializer writes TypeMeta first), then
+// the other fields.
+func typeMetaPrefix(gvk schema.GroupVersionKind) []byte {
+	return []byte(`{"kind":"` + gvk.Kind + `","apiVersion":"` + gvk.GroupVersion().String() + `",`)
+}
+
 // ListJSON is List for a client that takes JSON and selects nothing: each
 // stored object is passed through with its resourceVersion inserted, instead
 // of being decoded and encoded again (objects are stored as JSON). served is
 // false when the options need decoded objects (selectors); use List then.
+//
+// Items of a built-in resource leave out their kind and apiVersion, as
+// kube-apiserver's typed lists do (List's too); a custom resource's keep
+// them, as kube's unstructured lists do.
 func (s *Store) ListJSON(ctx context.Context, namespace string, opts *metainternalversion.ListOptions) (_ *JSONList, served bool, _ error) {
 	if (opts.LabelSelector != nil && !opts.LabelSelector.Empty()) || (opts.FieldSelector != nil && !opts.FieldSelector.Empty()) {
 		return nil, false, nil
@@ -91,6 +119,8 @@ func (s *Store) ListJSON(ctx context.Context, namespace string, opts *metaintern
 	if opts.Limit > 0 {
 		items = make([]JSONItem, 0, min(opts.Limit, 10000))
 	}
+	_, custom := s.Resource.New().(*unstructured.Unstructured)
+	prefix := typeMetaPrefix(s.Resource.GroupVersionKind())
 	rev, token, remaining, err := s.listPages(ctx, namespace, opts, plan, func(key string, stored etcdstore.Object, cached *cacheEntry) (bool, error) {
 		plaintext, err := s.servedJSON(key, stored, cached)
 		if err != nil {
@@ -99,6 +129,14 @@ func (s *Store) ListJSON(ctx context.Context, namespace string, opts *metaintern
 		item, err := newJSONItem(plaintext, stored.Revision)
 		if err != nil {
 			return false, s.notJSONObject(key, stored, err)
+		}
+		if !custom {
+			var ok bool
+			if item, ok = item.withoutTypeMeta(prefix); !ok {
+				if item, err = s.listItemJSON(key, stored, cached); err != nil {
+					return false, err
+				}
+			}
 		}
 		items = append(items, item)
 		return true, nil
@@ -115,6 +153,28 @@ func (s *Store) ListJSON(ctx context.Context, namespace string, opts *metaintern
 		RemainingItemCount: remaining,
 		Items:              items,
 	}, true, nil
+}
+
+// listItemJSON is the built-in object stored at key encoded without its kind
+// and apiVersion: for a stored value that does not start with them, which
+// Concord never writes.
+func (s *Store) listItemJSON(key string, stored etcdstore.Object, cached *cacheEntry) (JSONItem, error) {
+	obj, err := s.listed(key, stored, cached)
+	if err != nil {
+		return JSONItem{}, err
+	}
+	obj = copyObject(obj) // the cache's is shared
+	obj.GetObjectKind().SetGroupVersionKind(schema.GroupVersionKind{})
+	obj.SetResourceVersion("")
+	var buf bytes.Buffer
+	if err := encodeJSON(obj, &buf); err != nil {
+		return JSONItem{}, fmt.Errorf("encode %s: %w", key, err)
+	}
+	item, err := newJSONItem(buf.Bytes(), stored.Revision)
+	if err != nil {
+		return JSONItem{}, s.notJSONObject(key, stored, err)
+	}
+	return item, nil
 }
 
 // servedJSON is the object stored at key as the store serves it, as JSON

@@ -61,6 +61,7 @@ var (
 		TableColumnsOnly: true,
 		// As kube's rbac strategies.
 		AllowUnconditionalUpdate: true,
+		AllowCreateOnUpdate:      true,
 	}
 	ClusterRoles = &Resource{
 		GroupVersion:             rbacv1.SchemeGroupVersion,
@@ -76,6 +77,7 @@ var (
 		TableCells:               roleCells,
 		TableColumnsOnly:         true,
 		AllowUnconditionalUpdate: true,
+		AllowCreateOnUpdate:      true,
 	}
 	RoleBindings = &Resource{
 		GroupVersion:             rbacv1.SchemeGroupVersion,
@@ -92,6 +94,7 @@ var (
 		TableCells:               func(obj Object) []any { b := obj.(*rbacv1.RoleBinding); return bindingCells(b, b.RoleRef, b.Subjects) },
 		TableColumnsOnly:         true,
 		AllowUnconditionalUpdate: true,
+		AllowCreateOnUpdate:      true,
 	}
 	ClusterRoleBindings = &Resource{
 		GroupVersion:   rbacv1.SchemeGroupVersion,
@@ -110,6 +113,7 @@ var (
 		},
 		TableColumnsOnly:         true,
 		AllowUnconditionalUpdate: true,
+		AllowCreateOnUpdate:      true,
 	}
 )
 

@@ -107,6 +107,12 @@ type Resource struct {
 	// whatever is stored). Concord follows it with --unconditional-update=kube
 	// only, and never allows more (unconditional.go).
 	AllowUnconditionalUpdate bool
+	// AllowCreateOnUpdate is kube-apiserver's strategy's: whether a replace
+	// of an object that does not exist creates it (Leases, Events, RBAC's
+	// objects). Concord creates none so; it decides how a replace without a
+	// version of a missing object is answered: 404 as kube where kube's
+	// strategy does not create, else 428 (a version is required).
+	AllowCreateOnUpdate bool
 }
 
 // StorageVersion says that a declaration serves, in its own group version

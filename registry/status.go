@@ -60,7 +60,7 @@ func (s *Store) UpdateStatus(ctx context.Context, namespace, name string, obj Ob
 			return nil, apierrors.NewBadRequest(fmt.Sprintf("invalid resourceVersion %q: send the value read from the server unchanged", v))
 		}
 	} else if conds.IfMatch == nil && !conds.CreateOnly {
-		return nil, s.versionRequired(obj, nil)
+		return nil, s.versionRequiredOf(ctx, namespace, name, obj, true)
 	}
 	if err := s.decodeRequest(obj, conds); err != nil {
 		return nil, err

@@ -377,7 +377,7 @@ func (s *Store) Update(ctx context.Context, namespace, name string, obj Object, 
 		}
 	} else if conds.IfMatch == nil && !conds.CreateOnly {
 		if !s.unconditional.allows(s.Resource, obj) {
-			return nil, false, s.versionRequired(obj, nil)
+			return nil, false, s.versionRequiredOf(ctx, namespace, name, obj, !s.Resource.AllowCreateOnUpdate)
 		}
 		unconditional = true
 	}

@@ -106,6 +106,20 @@ func (s *Store) versionRequired(obj, stored Object) error {
 	return newPreconditionRequired(msg)
 }
 
+// versionRequiredOf answers a replace of namespace/name without a version
+// that m does not allow: 404 when the object does not exist and
+// missingIsNotFound (kube's registry finds the object missing before it
+// asks for a version, where its strategy does not create on update), else
+// the 428.
+func (s *Store) versionRequiredOf(ctx context.Context, namespace, name string, obj Object, missingIsNotFound bool) error {
+	if missingIsNotFound {
+		if _, _, err := s.read(ctx, namespace, name); err != nil {
+			return toStatus(err, s.Resource.GroupResource(), name)
+		}
+	}
+	return s.versionRequired(obj, nil)
+}
+
 // UnconditionalReplace is a replace without a version that the store
 // accepted and carried out.
 type UnconditionalReplace struct {
