@@ -216,35 +216,48 @@ func TestSlowClientsCannotHoldTheServer(t *testing.T) {
 	}
 }
 
-// TestHeadersOverOneMiBAre431: a request whose headers exceed
-// MaxHeaderBytes is refused before any handler runs.
-func TestHeadersOverOneMiBAre431(t *testing.T) {
+// TestHeadersOverTheLimitAre431: a request whose headers exceed
+// maxHeaderBytes is refused before any handler runs; one just under it is
+// served.
+func TestHeadersOverTheLimitAre431(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.DataDir = t.TempDir()
 	cfg.Port = 0
 	openServing(&cfg)
 	base, _, _ := startRun(t, cfg, io.Discard)
-	conn, err := net.DialTimeout("tcp", strings.TrimPrefix(base, "http://"), 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if err := conn.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		head := "GET /api/v1/namespaces HTTP/1.1\r\nHost: concord\r\nX-Big: " + strings.Repeat("a", 2<<20) + "\r\n\r\n"
-		for i := 0; i < len(head) && ctx.Err() == nil; i += 64 << 10 {
-			if _, err := io.WriteString(conn, head[i:min(i+64<<10, len(head))]); err != nil {
-				return
+	for _, tc := range []struct {
+		name   string
+		header int
+		want   string
+	}{
+		{"under the limit", maxHeaderBytes - 1024, "HTTP/1.1 200"},
+		{"880 KB, a hostile selector's size", 880_000, "HTTP/1.1 431"},
+		{"2 MiB", 2 << 20, "HTTP/1.1 431"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conn, err := net.DialTimeout("tcp", strings.TrimPrefix(base, "http://"), 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-	}()
-	line, err := bufio.NewReader(conn).ReadString('\n')
-	if err != nil || !strings.HasPrefix(line, "HTTP/1.1 431") {
-		t.Errorf("2 MiB of headers answered %q (%v); want 431", line, err)
+			defer conn.Close()
+			if err := conn.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go func() {
+				head := "GET /api/v1/namespaces HTTP/1.1\r\nHost: concord\r\nX-Big: " + strings.Repeat("a", tc.header) + "\r\n\r\n"
+				for i := 0; i < len(head) && ctx.Err() == nil; i += 64 << 10 {
+					if _, err := io.WriteString(conn, head[i:min(i+64<<10, len(head))]); err != nil {
+						return
+					}
+				}
+			}()
+			line, err := bufio.NewReader(conn).ReadString('\n')
+			if err != nil || !strings.HasPrefix(line, tc.want) {
+				t.Errorf("%d bytes of headers answered %q (%v); want %s", tc.header, line, err, tc.want)
+			}
+		})
 	}
 }
 

@@ -214,7 +214,7 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 	})
 	// A client that sends its headers slowly (or not at all) is cut off
 	// after readHeaderTimeout, an idle keep-alive connection after
-	// IdleTimeout; headers are at most 1 MiB (431 beyond).
+	// IdleTimeout; headers are at most maxHeaderBytes (431 beyond).
 	readHeaderTimeout := cfg.ReadHeaderTimeout
 	if readHeaderTimeout <= 0 {
 		readHeaderTimeout = 32 * time.Second
@@ -225,7 +225,7 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 		ConnState:         drain.connState,
 		ReadHeaderTimeout: readHeaderTimeout,
 		IdleTimeout:       90 * time.Second,
-		MaxHeaderBytes:    1 << 20,
+		MaxHeaderBytes:    maxHeaderBytes,
 		// No ReadTimeout or WriteTimeout: watches are long-running. Other
 		// requests are bounded by --request-timeout inside the handler,
 		// including the reading of their body and the writing of their
@@ -319,6 +319,13 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 
 // keyResource is a declaration's part of its etcd keys, which the etcd
 // metrics know it by.
+// maxHeaderBytes bounds a request's line and headers (kube-apiserver's
+// bound is 1 MiB). net/http holds about two copies of them while it reads
+// them, before any handler, in-flight limit or selector limit can look:
+// 200 clients sending 880 KB selectors held some 350 MiB that way. Nothing
+// Concord serves needs more: selectors are at most 10 KiB, tokens a few.
+const maxHeaderBytes = 128 << 10
+
 func keyResource(res *registry.Resource) string {
 	if res.StoragePrefix != "" {
 		return res.StoragePrefix
