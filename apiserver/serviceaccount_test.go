@@ -329,8 +329,8 @@ func jwtParts(t *testing.T, token string) (header, claims map[string]any) {
 
 // TestTokenRequestClaims: the token's header and claims are kube's, for an
 // RSA and an ECDSA signing key, with and without a bound Secret and
-// audiences; the expiration defaults to an hour and is capped by the
-// maximum, with kube's warning.
+// audiences (aud a list, even of one, as kube writes it); the expiration
+// defaults to an hour and is capped by the maximum, with kube's warning.
 func TestTokenRequestClaims(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -360,7 +360,7 @@ func TestTokenRequestClaims(t *testing.T) {
 				delete(claims, k)
 			}
 			want := map[string]any{
-				"iss": testIssuer, "sub": "system:serviceaccount:team:app", "aud": testIssuer,
+				"iss": testIssuer, "sub": "system:serviceaccount:team:app", "aud": []any{testIssuer},
 				"kubernetes.io": map[string]any{"namespace": "team", "serviceaccount": map[string]any{"name": "app", "uid": string(sa.UID)}},
 			}
 			if diff := cmp.Diff(want, claims); diff != "" {
