@@ -58,6 +58,7 @@ type Resource struct {
 	Categories []string
 	// TableColumns are the columns kube-apiserver prints for this resource
 	// between Name and Age; TableCells gives an object's cells for them.
+	// Nil: Name and Age only.
 	TableColumns []metav1.TableColumnDefinition
 	TableCells   func(obj Object) []any
 	// TableColumnsOnly: TableColumns are the whole row, without Name before
