@@ -16,6 +16,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -558,5 +560,32 @@ func TestOpenIDDiscovery(t *testing.T) {
 	}
 	if err := claims.Validate(jwt.Expected{Issuer: testIssuer, AnyAudience: jwt.Audience{"vault"}, Subject: "system:serviceaccount:team:app", Time: time.Now()}); err != nil {
 		t.Errorf("claims: %v", err)
+	}
+}
+
+// TestTokenRequestWithoutSigningKey: a server without a signing key
+// (--etcd-servers without --service-account-signing-key-file) answers the
+// token subresource, which discovery lists, with a 404 that says what to
+// configure, not the router's bare one; kubectl create token shows it.
+func TestTokenRequestWithoutSigningKey(t *testing.T) {
+	s := startServer(t)
+	const message = "TokenRequests are not served: this server has no ServiceAccount signing key; " +
+		"start every replica with the same --service-account-signing-key-file (e.g. openssl genrsa -out sa.key 2048)"
+	s.do(t, http.MethodPost, "/api/v1/namespaces/default/serviceaccounts", `{"metadata":{"name":"app"}}`)
+	for _, method := range []string{http.MethodPost, http.MethodGet} {
+		resp := s.do(t, method, "/api/v1/namespaces/default/serviceaccounts/app/token", `{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest"}`)
+		want := metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusFailure, Code: http.StatusNotFound,
+			Reason: metav1.StatusReasonNotFound, Message: message, Details: &metav1.StatusDetails{Name: "app", Kind: "serviceaccounts"}}
+		if diff := cmp.Diff(want, resp.status(t)); resp.Code != http.StatusNotFound || diff != "" {
+			t.Errorf("%s token: %d; Status (-want +got):\n%s", method, resp.Code, diff)
+		}
+	}
+	if _, err := os.Stat(kubectlBin); err != nil {
+		t.Skipf("needs kubectl: %v", err)
+	}
+	dir := t.TempDir()
+	_, stderr, err := runKubectl(t, writeKubeconfig(t, dir, s.URL), filepath.Join(dir, "cache"), "", "create", "token", "app")
+	if want := "error: failed to create token: " + message + "\n"; err == nil || stderr != want {
+		t.Errorf("kubectl create token: %v, stderr %q; want %q", err, stderr, want)
 	}
 }
