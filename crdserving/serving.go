@@ -38,8 +38,9 @@ const catchUpWait = 3 * time.Second
 // ended.
 const rewatchDelay = 500 * time.Millisecond
 
-// removeGrace is how long a deleted CRD's resource is still served (reads
-// and watches) after the CRD is gone.
+// removeGrace is how long a deleted CRD's stores stay in the catalog after
+// the CRD is gone, for the watches open on them to drain; a new request
+// finds the resource gone at once (Server.gone).
 const removeGrace = time.Second
 
 // Server serves the custom resources of the stored CRDs in a catalog.
@@ -86,6 +87,8 @@ type view struct {
 	deleting atomic.Bool
 	// replaced: the CRD changed and new stores replaced these.
 	replaced atomic.Bool
+	// gone: the CRD was deleted (these stores are being removed).
+	gone atomic.Bool
 }
 
 func (v *view) update(crd *apiextensionsv1.CustomResourceDefinition) {
@@ -234,6 +237,8 @@ func (s *Server) apply(crd *apiextensionsv1.CustomResourceDefinition) {
 			s.forget(crd.Name, rev)
 			return
 		}
+		name := crd.Name
+		res.Gone = func(ctx context.Context) (bool, error) { return s.gone(ctx, name, view) }
 		stores = append(stores, s.newStore(&guardedStorage{Storage: s.storage, server: s, name: crd.Name, view: view}, res))
 	}
 	// A changed CRD's stores are replaced in one change of the catalog, so
@@ -257,15 +262,18 @@ func (s *Server) apply(crd *apiextensionsv1.CustomResourceDefinition) {
 	s.advanceTo(rev)
 }
 
-// remove stops serving the CRD name (deleted at revision rev), after
-// removeGrace: its objects were deleted just before it (crdcleanup), and
-// the watchers of its resource are sent their DELETED events meanwhile, as
-// kube-apiserver keeps a deleted CRD's storage while its requests drain.
-// Writes are refused from the start (the guard finds no CRD).
+// remove stops serving the CRD name (deleted at revision rev): a new
+// request finds its resource gone at once, as kube's; its stores leave the
+// catalog after removeGrace: its objects were deleted just before it
+// (crdcleanup), and the watchers of its resource are sent their DELETED
+// events meanwhile, as kube-apiserver keeps a deleted CRD's storage while
+// its requests drain. Writes are refused from the start (the guard finds
+// no CRD).
 func (s *Server) remove(name string, rev int64) {
 	s.mu.Lock()
 	old, had := s.served[name]
 	if had {
+		old.view.gone.Store(true)
 		gr := old.gr
 		if t, pending := s.removing[gr]; pending {
 			t.Stop()
@@ -353,6 +361,34 @@ func (s *Server) waitApplied(ctx context.Context, rev int64) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// gone reports whether the CRD name, whose view v serves a request, was
+// deleted before the request began, for a request to its resource: a
+// request served by this replica's view of the CRDs only if that view is
+// current, so that once a CRD's deletion is acknowledged no replica serves
+// its resource. The view is current when this replica has applied the CRD
+// changes up to etcd's revision read for the request (shared with its
+// other linearizable reads); otherwise the CRD is read, linearizably.
+func (s *Server) gone(ctx context.Context, name string, v *view) (bool, error) {
+	if v.gone.Load() {
+		return true, nil
+	}
+	rev, err := s.crds.CurrentRevision(ctx)
+	if err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	applied := s.applied
+	s.mu.Unlock()
+	if applied >= rev {
+		return v.gone.Load(), nil // remove marks the view before it advances
+	}
+	_, err = s.crds.Get(ctx, "", name)
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	return false, err
 }
 
 // guardedStorage sends every write with a guard on the CRD's key at the

@@ -45,6 +45,11 @@ type Resource struct {
 	// A declaration with Storage uses its stored declaration's.
 	StoragePrefix string
 	Singular      string
+	// Gone, when set, is asked before each request to the resource: true
+	// answers the request as a path not served. A deleted CRD's custom
+	// resource is gone at once, on every replica, while the catalog keeps
+	// its stores a little longer for the open watches (crdserving).
+	Gone func(ctx context.Context) (bool, error)
 	// ListKind is the kind of a list ("WidgetList"); empty: Kind + "List".
 	ListKind   string
 	ShortNames []string
