@@ -89,6 +89,9 @@ type view struct {
 	replaced atomic.Bool
 	// gone: the CRD was deleted (these stores are being removed).
 	gone atomic.Bool
+	// present: a read of the CRD sent after etcd was at this revision
+	// found it (gone).
+	present atomic.Int64
 }
 
 func (v *view) update(crd *apiextensionsv1.CustomResourceDefinition) {
@@ -365,11 +368,15 @@ func (s *Server) waitApplied(ctx context.Context, rev int64) error {
 
 // gone reports whether the CRD name, whose view v serves a request, was
 // deleted before the request began, for a request to its resource: a
-// request served by this replica's view of the CRDs only if that view is
-// current, so that once a CRD's deletion is acknowledged no replica serves
-// its resource. The view is current when this replica has applied the CRD
-// changes up to etcd's revision read for the request (shared with its
-// other linearizable reads); otherwise the CRD is read, linearizably.
+// request is served by this replica's view of the CRDs only if that view
+// is current, so that once a CRD's deletion is acknowledged no replica
+// serves its resource. rev, etcd's revision read for the request (shared
+// with its other linearizable reads), was read after the request began:
+// the view answers if this replica has applied the CRD changes up to rev,
+// or if the CRD was found by a read sent after etcd was at rev or later
+// (present). Otherwise the CRD's key is read from etcd, one quorum read
+// without decoding: the read cache would wait for etcd's progress report
+// on every request while writes move the revision.
 func (s *Server) gone(ctx context.Context, name string, v *view) (bool, error) {
 	if v.gone.Load() {
 		return true, nil
@@ -381,14 +388,28 @@ func (s *Server) gone(ctx context.Context, name string, v *view) (bool, error) {
 	s.mu.Lock()
 	applied := s.applied
 	s.mu.Unlock()
-	if applied >= rev {
+	if applied >= rev || v.present.Load() >= rev {
 		return v.gone.Load(), nil // remove marks the view before it advances
 	}
-	_, err = s.crds.Get(ctx, "", name)
-	if apierrors.IsNotFound(err) {
+	_, err = s.storage.Get(ctx, v.ref, 0)
+	if errors.Is(err, etcdstore.ErrNotFound) {
 		return true, nil
 	}
-	return false, err
+	if err != nil {
+		return false, fmt.Errorf("read customresourcedefinition %q: %w", name, err)
+	}
+	raise(&v.present, rev)
+	return v.gone.Load(), nil
+}
+
+// raise makes n at least rev.
+func raise(n *atomic.Int64, rev int64) {
+	for {
+		old := n.Load()
+		if old >= rev || n.CompareAndSwap(old, rev) {
+			return
+		}
+	}
 }
 
 // guardedStorage sends every write with a guard on the CRD's key at the
