@@ -92,7 +92,23 @@ type view struct {
 	// present: a read of the CRD sent after etcd was at this revision
 	// found it (gone).
 	present atomic.Int64
+	// checkMu guards checking (a read of the CRD's key is out) and
+	// nextCheck, the read the callers who came meanwhile share (exists).
+	checkMu   sync.Mutex
+	checking  bool
+	nextCheck *crdCheck
 }
+
+// crdCheck is one read of a CRD's key from etcd.
+type crdCheck struct {
+	done  chan struct{}
+	found bool
+	err   error
+}
+
+// checkTimeout bounds a read of a CRD's key that callers share: not any
+// one caller's context (the storage bounds it with its own timeout too).
+const checkTimeout = time.Minute
 
 func (v *view) update(crd *apiextensionsv1.CustomResourceDefinition) {
 	v.deleting.Store(crd.DeletionTimestamp != nil)
@@ -391,15 +407,62 @@ func (s *Server) gone(ctx context.Context, name string, v *view) (bool, error) {
 	if applied >= rev || v.present.Load() >= rev {
 		return v.gone.Load(), nil // remove marks the view before it advances
 	}
-	_, err = s.storage.Get(ctx, v.ref, 0)
-	if errors.Is(err, etcdstore.ErrNotFound) {
-		return true, nil
-	}
+	found, err := v.exists(ctx, s.storage)
 	if err != nil {
 		return false, fmt.Errorf("read customresourcedefinition %q: %w", name, err)
 	}
+	if !found {
+		return true, nil
+	}
 	raise(&v.present, rev)
 	return v.gone.Load(), nil
+}
+
+// exists reports whether the CRD's key is in etcd, by a read sent after
+// exists was called. Callers share reads as the registry's revision reader
+// does: one is sent when none is out; the callers who come while it is
+// out share the next, sent as soon as it returns. Without that, every
+// write of a custom object would add its own read.
+func (v *view) exists(ctx context.Context, storage registry.Storage) (bool, error) {
+	v.checkMu.Lock()
+	var c *crdCheck
+	if !v.checking {
+		v.checking = true
+		c = &crdCheck{done: make(chan struct{})}
+		go v.check(storage, c)
+	} else {
+		if v.nextCheck == nil {
+			v.nextCheck = &crdCheck{done: make(chan struct{})}
+		}
+		c = v.nextCheck
+	}
+	v.checkMu.Unlock()
+	select {
+	case <-c.done:
+		return c.found, c.err
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}
+
+// check sends c's read and then, while callers wait for a next one, that.
+func (v *view) check(storage registry.Storage, c *crdCheck) {
+	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
+	_, err := storage.Get(ctx, v.ref, 0)
+	cancel()
+	c.found = err == nil
+	if !errors.Is(err, etcdstore.ErrNotFound) {
+		c.err = err
+	}
+	close(c.done)
+	v.checkMu.Lock()
+	next := v.nextCheck
+	v.nextCheck = nil
+	v.checking = next != nil
+	v.checkMu.Unlock()
+	if next != nil {
+		go v.check(storage, next)
+	}
 }
 
 // raise makes n at least rev.
