@@ -623,7 +623,8 @@ func TestCRDSchemaChange(t *testing.T) {
 }
 
 // TestCRDDeletionEndsItsObjects: deleting a CRD deletes its objects (their
-// watchers see each DELETED), then the CRD, and its paths are 404.
+// watchers see each DELETED), then the CRD, and once the CRD is gone (when
+// kubectl delete crd returns) its paths are kube's 404 at once.
 func TestCRDDeletionEndsItsObjects(t *testing.T) {
 	s := startCRDServer(t)
 	s.createCRD(t, gadgetsCRD)
@@ -658,23 +659,37 @@ func TestCRDDeletionEndsItsObjects(t *testing.T) {
 		}
 	}
 	for {
-		resp := s.do(t, http.MethodGet, gadgets, nil)
+		resp := s.do(t, http.MethodGet, crds+"/gadgets.example.com", nil)
 		if resp.Code == http.StatusNotFound {
 			break
 		}
 		if ctx.Err() != nil {
-			t.Fatalf("GET %s after the CRD's deletion: %d %s; want 404", gadgets, resp.Code, resp.Body)
+			t.Fatalf("GET the CRD after its deletion: %d %s; want it gone", resp.Code, resp.Body)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
 	}
-	if resp := s.do(t, http.MethodGet, crds+"/gadgets.example.com", nil); resp.Code != http.StatusNotFound {
-		t.Errorf("GET the deleted CRD: %d %s", resp.Code, resp.Body)
+	want := metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusFailure,
+		Message: "the server could not find the requested resource", Reason: metav1.StatusReasonNotFound, Details: &metav1.StatusDetails{}, Code: http.StatusNotFound}
+	for _, path := range []string{gadgets, gadgets + "/a", "/apis/example.com/v1/gadgets"} {
+		resp := s.do(t, http.MethodGet, path, nil)
+		if diff := cmp.Diff(want, resp.status(t)); resp.Code != http.StatusNotFound || diff != "" {
+			t.Errorf("GET %s once the CRD is gone: %d; Status (-want +got):\n%s", path, resp.Code, diff)
+		}
 	}
 	if keys := s.storedKeys(t, "/registry/example.com/gadgets/"); len(keys) != 0 {
 		t.Errorf("etcd still holds %v", keys)
 	}
-	if resp := s.do(t, http.MethodGet, "/apis/example.com/v1", nil); resp.Code != http.StatusNotFound {
-		t.Errorf("discovery of example.com/v1 after the CRD's deletion: %d %s", resp.Code, resp.Body)
+	// Discovery follows once the stores leave the catalog, after the open
+	// watches drained.
+	for {
+		resp := s.do(t, http.MethodGet, "/apis/example.com/v1", nil)
+		if resp.Code == http.StatusNotFound {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("discovery of example.com/v1 after the CRD's deletion: %d %s", resp.Code, resp.Body)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

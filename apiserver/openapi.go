@@ -101,6 +101,10 @@ func (b *bufferedResponse) writeTo(w http.ResponseWriter) error {
 		b.code = http.StatusOK
 	}
 	w.WriteHeader(b.code)
+	if b.body.Len() == 0 {
+		// A 304 has no body, and HTTP/2 refuses even an empty write.
+		return nil
+	}
 	_, err := w.Write(b.body.Bytes())
 	return err
 }

@@ -3,7 +3,9 @@ package apiserver_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -20,6 +22,7 @@ import (
 	"k8s.io/kube-openapi/pkg/spec3"
 	"k8s.io/kube-openapi/pkg/validation/spec"
 
+	"github.com/concord-dev/concord/internal/syncbuf"
 	"github.com/concord-dev/concord/registry"
 )
 
@@ -456,5 +459,54 @@ func TestOpenAPIKubectlStrictValidation(t *testing.T) {
 	out, errOut, err = runKubectl(t, kubeconfig, cacheDir, "", "explain", "leases.spec.holderIdentity")
 	if err != nil || !strings.Contains(out, "holderIdentity") {
 		t.Errorf("kubectl explain leases.spec.holderIdentity: %v\nstdout: %s\nstderr: %s", err, out, errOut)
+	}
+}
+
+// TestOpenAPINotModifiedOverHTTP2: a conditional GET of each OpenAPI
+// document over HTTP/2 (as kubectl sends them) is a 304 with no body, and
+// the server logs no failed write: HTTP/2 refuses even an empty body on a
+// 304, which the v3 documents used to write (a "write response" warning on
+// almost every kubectl command).
+func TestOpenAPINotModifiedOverHTTP2(t *testing.T) {
+	logs := &syncbuf.Buffer{}
+	s := startServerWithOptions(t, serverOptions{logOut: logs})
+	srv := httptest.NewUnstartedServer(s.Handler)
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	client := srv.Client()
+	get := func(path, etag string) (*http.Response, []byte) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if etag != "" {
+			req.Header.Set("If-None-Match", etag)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		return resp, body
+	}
+	for _, path := range []string{"/openapi/v3", "/openapi/v3/api/v1", "/openapi/v2"} {
+		resp, body := get(path, "")
+		etag := resp.Header.Get("ETag")
+		if resp.StatusCode != http.StatusOK || resp.ProtoMajor != 2 || etag == "" || len(body) == 0 {
+			t.Fatalf("GET %s: %d over %s, ETag %q, %d bytes; want 200 over HTTP/2 with an ETag and a body", path, resp.StatusCode, resp.Proto, etag, len(body))
+		}
+		resp, body = get(path, etag)
+		if resp.StatusCode != http.StatusNotModified || len(body) != 0 {
+			t.Errorf("GET %s with If-None-Match %s: %d, %d bytes; want 304 with no body", path, etag, resp.StatusCode, len(body))
+		}
+	}
+	if strings.Contains(logs.String(), "write response") {
+		t.Errorf("the server failed to write a response:\n%s", logs.String())
 	}
 }

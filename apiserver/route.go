@@ -115,6 +115,14 @@ func routeResource(c *registry.Catalog, path string) (_ resourceRoute, ok bool) 
 func withResourceRoutes(next http.Handler, c *registry.Catalog, m *metrics, tokens *serviceaccount.Issuer) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		route, ok := routeResource(c, r.URL.Path)
+		if ok && route.store.Resource.Gone != nil {
+			gone, err := route.store.Resource.Gone(r.Context())
+			if err != nil {
+				writeError(w, r, err)
+				return
+			}
+			ok = !gone
+		}
 		if !ok {
 			next.ServeHTTP(w, r)
 			return

@@ -56,9 +56,11 @@ func (h *resourceHandler) subresource(w http.ResponseWriter, r *http.Request, su
 		return
 	}
 	switch {
+	case subresource == "token" && hasTokenSubresource(res) && h.tokens == nil:
+		writeError(w, r, errTokensNotServed(name))
 	case !served && !isCustom(res):
-		// A built-in subresource not served here (TokenRequests without a
-		// signing key): the path is unknown, as to kube's router.
+		// A built-in subresource not served here: the path is unknown, as
+		// to kube's router.
 		notFound(w, r)
 	case !served:
 		// kube's custom resource handler: the object is not found.

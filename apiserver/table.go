@@ -87,7 +87,10 @@ func toTable(res *registry.Resource, obj runtime.Object, includeObject string) (
 		if !ok {
 			return nil, fmt.Errorf("table: %T is not an object", item)
 		}
-		cells := res.TableCells(o)
+		var cells []any
+		if res.TableCells != nil {
+			cells = res.TableCells(o)
+		}
 		if !res.TableColumnsOnly {
 			cells = append(append([]any{o.GetName()}, cells...), age(o.GetCreationTimestamp()))
 		}

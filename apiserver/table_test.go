@@ -17,6 +17,9 @@ func TestTablesHaveKubesColumns(t *testing.T) {
 	if resp := s.do(t, http.MethodPost, "/api/v1/namespaces/default/secrets", `{"metadata":{"name":"s"},"type":"example.com/x","stringData":{"a":"1","b":"2"}}`); resp.Code != http.StatusCreated {
 		t.Fatalf("create secret: %d", resp.Code)
 	}
+	if resp := s.do(t, http.MethodPost, "/api/v1/namespaces/default/serviceaccounts", `{"metadata":{"name":"app"},"secrets":[{"name":"s"}]}`); resp.Code != http.StatusCreated {
+		t.Fatalf("create serviceaccount: %d", resp.Code)
+	}
 	tests := []struct {
 		path    string
 		columns []string
@@ -27,6 +30,8 @@ func TestTablesHaveKubesColumns(t *testing.T) {
 		{"/api/v1/namespaces/default/secrets", []string{"Name", "Type", "Data", "Age"}, []any{"s", "example.com/x", float64(2)}},
 		{"/api/v1/namespaces", []string{"Name", "Status", "Age"}, []any{"default", "Active"}},
 		{"/apis/coordination.k8s.io/v1/namespaces/default/leases", []string{"Name", "Holder", "Age"}, nil},
+		// kube 1.37 dropped Secrets.
+		{"/api/v1/namespaces/default/serviceaccounts", []string{"Name", "Age"}, []any{"app"}},
 	}
 	for _, tc := range tests {
 		resp := s.do(t, http.MethodGet, tc.path, nil, "Accept", kubectlTableAccept)

@@ -5,6 +5,7 @@ import (
 
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/concord-dev/concord/registry"
@@ -31,6 +32,21 @@ var tokenDiscovery = subresourceDiscovery{
 	},
 	group:   serviceaccount.TokenRequestGVK.Group,
 	version: serviceaccount.TokenRequestGVK.Version,
+}
+
+// errTokensNotServed answers the token subresource of a server without a
+// signing key (--etcd-servers without --service-account-signing-key-file).
+// Discovery lists the subresource all the same, as every replica should
+// serve it: the 404 says what to configure.
+func errTokensNotServed(name string) error {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status:  metav1.StatusFailure,
+		Code:    http.StatusNotFound,
+		Reason:  metav1.StatusReasonNotFound,
+		Details: &metav1.StatusDetails{Name: name, Kind: "serviceaccounts"},
+		Message: "TokenRequests are not served: this server has no ServiceAccount signing key; " +
+			"start every replica with the same --service-account-signing-key-file (e.g. openssl genrsa -out sa.key 2048)",
+	}}
 }
 
 // token answers a POST of .../serviceaccounts/{name}/token.

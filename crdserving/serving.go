@@ -38,8 +38,9 @@ const catchUpWait = 3 * time.Second
 // ended.
 const rewatchDelay = 500 * time.Millisecond
 
-// removeGrace is how long a deleted CRD's resource is still served (reads
-// and watches) after the CRD is gone.
+// removeGrace is how long a deleted CRD's stores stay in the catalog after
+// the CRD is gone, for the watches open on them to drain; a new request
+// finds the resource gone at once (Server.gone).
 const removeGrace = time.Second
 
 // Server serves the custom resources of the stored CRDs in a catalog.
@@ -86,7 +87,28 @@ type view struct {
 	deleting atomic.Bool
 	// replaced: the CRD changed and new stores replaced these.
 	replaced atomic.Bool
+	// gone: the CRD was deleted (these stores are being removed).
+	gone atomic.Bool
+	// present: a read of the CRD sent after etcd was at this revision
+	// found it (gone).
+	present atomic.Int64
+	// checkMu guards checking (a read of the CRD's key is out) and
+	// nextCheck, the read the callers who came meanwhile share (exists).
+	checkMu   sync.Mutex
+	checking  bool
+	nextCheck *crdCheck
 }
+
+// crdCheck is one read of a CRD's key from etcd.
+type crdCheck struct {
+	done  chan struct{}
+	found bool
+	err   error
+}
+
+// checkTimeout bounds a read of a CRD's key that callers share: not any
+// one caller's context (the storage bounds it with its own timeout too).
+const checkTimeout = time.Minute
 
 func (v *view) update(crd *apiextensionsv1.CustomResourceDefinition) {
 	v.deleting.Store(crd.DeletionTimestamp != nil)
@@ -234,6 +256,8 @@ func (s *Server) apply(crd *apiextensionsv1.CustomResourceDefinition) {
 			s.forget(crd.Name, rev)
 			return
 		}
+		name := crd.Name
+		res.Gone = func(ctx context.Context) (bool, error) { return s.gone(ctx, name, view) }
 		stores = append(stores, s.newStore(&guardedStorage{Storage: s.storage, server: s, name: crd.Name, view: view}, res))
 	}
 	// A changed CRD's stores are replaced in one change of the catalog, so
@@ -257,15 +281,18 @@ func (s *Server) apply(crd *apiextensionsv1.CustomResourceDefinition) {
 	s.advanceTo(rev)
 }
 
-// remove stops serving the CRD name (deleted at revision rev), after
-// removeGrace: its objects were deleted just before it (crdcleanup), and
-// the watchers of its resource are sent their DELETED events meanwhile, as
-// kube-apiserver keeps a deleted CRD's storage while its requests drain.
-// Writes are refused from the start (the guard finds no CRD).
+// remove stops serving the CRD name (deleted at revision rev): a new
+// request finds its resource gone at once, as kube's; its stores leave the
+// catalog after removeGrace: its objects were deleted just before it
+// (crdcleanup), and the watchers of its resource are sent their DELETED
+// events meanwhile, as kube-apiserver keeps a deleted CRD's storage while
+// its requests drain. Writes are refused from the start (the guard finds
+// no CRD).
 func (s *Server) remove(name string, rev int64) {
 	s.mu.Lock()
 	old, had := s.served[name]
 	if had {
+		old.view.gone.Store(true)
 		gr := old.gr
 		if t, pending := s.removing[gr]; pending {
 			t.Stop()
@@ -351,6 +378,99 @@ func (s *Server) waitApplied(ctx context.Context, rev int64) error {
 		case <-caughtUp:
 		case <-ctx.Done():
 			return ctx.Err()
+		}
+	}
+}
+
+// gone reports whether the CRD name, whose view v serves a request, was
+// deleted before the request began, for a request to its resource: a
+// request is served by this replica's view of the CRDs only if that view
+// is current, so that once a CRD's deletion is acknowledged no replica
+// serves its resource. rev, etcd's revision read for the request (shared
+// with its other linearizable reads), was read after the request began:
+// the view answers if this replica has applied the CRD changes up to rev,
+// or if the CRD was found by a read sent after etcd was at rev or later
+// (present). Otherwise the CRD's key is read from etcd, one quorum read
+// without decoding: the read cache would wait for etcd's progress report
+// on every request while writes move the revision.
+func (s *Server) gone(ctx context.Context, name string, v *view) (bool, error) {
+	if v.gone.Load() {
+		return true, nil
+	}
+	rev, err := s.crds.CurrentRevision(ctx)
+	if err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	applied := s.applied
+	s.mu.Unlock()
+	if applied >= rev || v.present.Load() >= rev {
+		return v.gone.Load(), nil // remove marks the view before it advances
+	}
+	found, err := v.exists(ctx, s.storage)
+	if err != nil {
+		return false, fmt.Errorf("read customresourcedefinition %q: %w", name, err)
+	}
+	if !found {
+		return true, nil
+	}
+	raise(&v.present, rev)
+	return v.gone.Load(), nil
+}
+
+// exists reports whether the CRD's key is in etcd, by a read sent after
+// exists was called. Callers share reads as the registry's revision reader
+// does: one is sent when none is out; the callers who come while it is
+// out share the next, sent as soon as it returns. Without that, every
+// write of a custom object would add its own read.
+func (v *view) exists(ctx context.Context, storage registry.Storage) (bool, error) {
+	v.checkMu.Lock()
+	var c *crdCheck
+	if !v.checking {
+		v.checking = true
+		c = &crdCheck{done: make(chan struct{})}
+		go v.check(storage, c)
+	} else {
+		if v.nextCheck == nil {
+			v.nextCheck = &crdCheck{done: make(chan struct{})}
+		}
+		c = v.nextCheck
+	}
+	v.checkMu.Unlock()
+	select {
+	case <-c.done:
+		return c.found, c.err
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}
+
+// check sends c's read and then, while callers wait for a next one, that.
+func (v *view) check(storage registry.Storage, c *crdCheck) {
+	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
+	_, err := storage.Get(ctx, v.ref, 0)
+	cancel()
+	c.found = err == nil
+	if !errors.Is(err, etcdstore.ErrNotFound) {
+		c.err = err
+	}
+	close(c.done)
+	v.checkMu.Lock()
+	next := v.nextCheck
+	v.nextCheck = nil
+	v.checking = next != nil
+	v.checkMu.Unlock()
+	if next != nil {
+		go v.check(storage, next)
+	}
+}
+
+// raise makes n at least rev.
+func raise(n *atomic.Int64, rev int64) {
+	for {
+		old := n.Load()
+		if old >= rev || n.CompareAndSwap(old, rev) {
+			return
 		}
 	}
 }

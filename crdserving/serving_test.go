@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
+	"github.com/concord-dev/concord/apiserver"
 	"github.com/concord-dev/concord/etcdstore"
 	"github.com/concord-dev/concord/etcdstore/etcdtest"
 	"github.com/concord-dev/concord/registry"
@@ -354,4 +357,67 @@ func TestGuardedWriteOfUnknownOutcomeIsNotSentAgain(t *testing.T) {
 	if !errors.Is(err, etcdstore.ErrUnknownOutcome) || errors.Is(err, etcdstore.ErrGuardChanged) || errors.Is(err, etcdstore.ErrConflict) || lost.sent != 1 {
 		t.Errorf("guarded update whose answer was lost = %v after %d sends; want the unknown outcome after 1", err, lost.sent)
 	}
+}
+
+// TestDeletedCRDIsNotFoundAtOnce: once a CRD's deletion is acknowledged,
+// a request for its resource is kube's 404, through this replica at once
+// (its stores stay in the catalog only for the open watches) and through a
+// replica that has not seen the deletion yet (the CRD is read then).
+func TestDeletedCRDIsNotFoundAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// seen: this replica applied the deletion.
+		seen bool
+	}{
+		{"replica that saw the deletion", true},
+		{"replica that did not see it yet", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			crd := f.established(t)
+			f.server.apply(crd)
+			srv := httptest.NewServer(apiserver.New(apiserver.Config{Catalog: f.catalog, Logger: slog.New(slog.DiscardHandler)}))
+			t.Cleanup(srv.Close)
+			const path = "/apis/example.com/v1/namespaces/ns/widgets"
+			if code, body := get(t, srv.URL+path); code != http.StatusOK {
+				t.Fatalf("GET %s while the CRD is served: %d %s", path, code, body)
+			}
+			// Deleted through another replica (its objects first, none here).
+			rev, err := f.storage.Storage.Delete(testCtx(t), f.crds.Ref("", crd.Name), revisionOf(crd.ResourceVersion))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.seen {
+				f.server.remove(crd.Name, rev) // as the watch delivers the deletion
+			}
+			if _, ok := f.catalog.Lookup("example.com", "v1", "widgets"); !ok {
+				t.Fatal("the catalog no longer holds the widgets' stores: the test would not show the check")
+			}
+			for _, p := range []string{path, path + "/w", "/apis/example.com/v1/widgets", "/apis/example.com/v1/watch/namespaces/ns/widgets?timeoutSeconds=1"} {
+				code, body := get(t, srv.URL+p)
+				want := `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the server could not find the requested resource","reason":"NotFound","details":{},"code":404}`
+				if code != http.StatusNotFound || strings.TrimSpace(body) != want {
+					t.Errorf("GET %s after the CRD's deletion: %d %s; want kube's 404 %s", p, code, body, want)
+				}
+			}
+		})
+	}
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(testCtx(t), http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(body)
 }

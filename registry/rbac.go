@@ -276,11 +276,18 @@ func defaultBinding(ref *rbacv1.RoleRef, subjects []rbacv1.Subject) {
 	}
 }
 
+// roleRefUnchanged is kube's ValidateImmutableField of roleRef.
 func roleRefUnchanged(ref, old rbacv1.RoleRef) field.ErrorList {
 	if ref != old {
-		return field.ErrorList{field.Invalid(field.NewPath("roleRef"), ref, "cannot change roleRef")}
+		return field.ErrorList{field.Invalid(field.NewPath("roleRef"), internalRoleRef(ref), apivalidation.FieldImmutableErrorMsg)}
 	}
 	return nil
+}
+
+// internalRoleRef is kube's internal rbac.RoleRef, which has no JSON
+// tags: its 422 shows the value as {"APIGroup":…,"Kind":…,"Name":…}.
+type internalRoleRef struct {
+	APIGroup, Kind, Name string
 }
 
 // validateBinding is kube's ValidateRoleBinding and

@@ -1,6 +1,8 @@
 package registry
 
 import (
+	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -86,7 +88,7 @@ func TestRBACValidation(t *testing.T) {
 }
 
 // TestRBACBindingDefaults: roleRef.apiGroup and User/Group subjects'
-// apiGroup are defaulted as kube's rbac/v1 defaults; roleRef is immutable.
+// apiGroup are defaulted as kube's rbac/v1 defaults.
 func TestRBACBindingDefaults(t *testing.T) {
 	stores, _ := newRBACStores(t)
 	s := stores[RoleBindings]
@@ -103,9 +105,58 @@ func TestRBACBindingDefaults(t *testing.T) {
 	if b.RoleRef.APIGroup != rbacv1.GroupName || b.Subjects[0].APIGroup != rbacv1.GroupName || b.Subjects[1].APIGroup != "" {
 		t.Fatalf("defaults: roleRef %+v, subjects %+v", b.RoleRef, b.Subjects)
 	}
-	b.RoleRef.Name = "edit"
-	_, _, err = s.Update(ctx, "team", "b", b, WriteOptions{})
-	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "roleRef: Invalid value") || !strings.Contains(err.Error(), "cannot change roleRef") {
-		t.Fatalf("update of roleRef: %v; want 422 cannot change roleRef", err)
+}
+
+// TestRBACRoleRefImmutable: changing a binding's roleRef is kube 1.37's
+// 422 (ValidateImmutableField): one cause, roleRef FieldValueInvalid,
+// "field is immutable", the value as kube's internal RoleRef prints; the
+// stored binding is unchanged.
+func TestRBACRoleRefImmutable(t *testing.T) {
+	stores, _ := newRBACStores(t)
+	ctx := testCtx(t)
+	ref := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "view"}
+	subjects := []rbacv1.Subject{{Kind: "User", APIGroup: rbacv1.GroupName, Name: "alice"}}
+	const wantCause = `Invalid value: {"APIGroup":"rbac.authorization.k8s.io","Kind":"ClusterRole","Name":"edit"}: field is immutable`
+	for _, tc := range []struct {
+		res       *Resource
+		namespace string
+		obj       Object
+		edit      func(Object)
+		kind      string
+	}{
+		{RoleBindings, "team", &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "team"}, RoleRef: ref, Subjects: subjects},
+			func(o Object) { o.(*rbacv1.RoleBinding).RoleRef.Name = "edit" }, "RoleBinding"},
+		{ClusterRoleBindings, "", &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "b"}, RoleRef: ref, Subjects: subjects},
+			func(o Object) { o.(*rbacv1.ClusterRoleBinding).RoleRef.Name = "edit" }, "ClusterRoleBinding"},
+	} {
+		t.Run(tc.kind, func(t *testing.T) {
+			s := stores[tc.res]
+			created, err := s.Create(ctx, tc.namespace, tc.obj, WriteOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			changed := created.DeepCopyObject().(Object)
+			tc.edit(changed)
+			_, _, err = s.Update(ctx, tc.namespace, "b", changed, WriteOptions{})
+			var st apierrors.APIStatus
+			if !errors.As(err, &st) || !apierrors.IsInvalid(err) {
+				t.Fatalf("update of roleRef: %v; want 422 Invalid", err)
+			}
+			status := st.Status()
+			want := []metav1.StatusCause{{Type: metav1.CauseTypeFieldValueInvalid, Message: wantCause, Field: "roleRef"}}
+			if status.Details == nil || !slices.Equal(status.Details.Causes, want) {
+				t.Errorf("causes %+v; want %+v", status.Details, want)
+			}
+			if wantMsg := tc.kind + `.rbac.authorization.k8s.io "b" is invalid: roleRef: ` + wantCause; status.Message != wantMsg {
+				t.Errorf("message %q; want %q", status.Message, wantMsg)
+			}
+			stored, err := s.Get(ctx, tc.namespace, "b")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if stored.GetResourceVersion() != created.GetResourceVersion() {
+				t.Errorf("stored resourceVersion %s; want %s (unchanged)", stored.GetResourceVersion(), created.GetResourceVersion())
+			}
+		})
 	}
 }

@@ -45,6 +45,11 @@ type Resource struct {
 	// A declaration with Storage uses its stored declaration's.
 	StoragePrefix string
 	Singular      string
+	// Gone, when set, is asked before each request to the resource: true
+	// answers the request as a path not served. A deleted CRD's custom
+	// resource is gone at once, on every replica, while the catalog keeps
+	// its stores a little longer for the open watches (crdserving).
+	Gone func(ctx context.Context) (bool, error)
 	// ListKind is the kind of a list ("WidgetList"); empty: Kind + "List".
 	ListKind   string
 	ShortNames []string
@@ -58,6 +63,7 @@ type Resource struct {
 	Categories []string
 	// TableColumns are the columns kube-apiserver prints for this resource
 	// between Name and Age; TableCells gives an object's cells for them.
+	// Nil: Name and Age only.
 	TableColumns []metav1.TableColumnDefinition
 	TableCells   func(obj Object) []any
 	// TableColumnsOnly: TableColumns are the whole row, without Name before

@@ -3,7 +3,6 @@ package registry
 import (
 	corev1 "k8s.io/api/core/v1"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
@@ -25,13 +24,8 @@ var ServiceAccounts = &Resource{
 	Strategy:       serviceAccountStrategy{},
 	// As kube's serviceaccount strategy.
 	AllowUnconditionalUpdate: true,
-	// kube's printer: the number of secrets, as a string column.
-	TableColumns: []metav1.TableColumnDefinition{
-		{Name: "Secrets", Type: "string", Description: corev1.ServiceAccount{}.SwaggerDoc()["secrets"]},
-	},
-	TableCells: func(obj Object) []any {
-		return []any{int64(len(obj.(*corev1.ServiceAccount).Secrets))}
-	},
+	// No TableColumns: kube 1.37's printer has Name and Age only (it
+	// dropped Secrets with the legacy token Secrets).
 }
 
 type serviceAccountStrategy struct{}

@@ -208,13 +208,19 @@ func (i *Issuer) boundSecret(ctx context.Context, namespace string, ref *authent
 	return secret, nil
 }
 
+// audienceClaim is aud as kube writes it: always a list. go-jose's
+// jwt.Audience writes a single audience as a string, which kube's (go-jose
+// v2) never does.
+type audienceClaim struct {
+	Audience []string `json:"aud,omitempty"`
+}
+
 // sign is kube's Claims and GenerateToken: iss, sub, aud, iat, nbf, exp,
 // a random jti, and the kubernetes.io claims.
 func (i *Issuer) sign(sa *corev1.ServiceAccount, secret *corev1.Secret, audiences []string, now time.Time, exp time.Duration) (string, error) {
 	public := jwt.Claims{
 		Issuer:    i.cfg.Issuer,
 		Subject:   saauth.MakeUsername(sa.Namespace, sa.Name),
-		Audience:  jwt.Audience(audiences),
 		IssuedAt:  jwt.NewNumericDate(now),
 		NotBefore: jwt.NewNumericDate(now),
 		Expiry:    jwt.NewNumericDate(now.Add(exp)),
@@ -227,5 +233,5 @@ func (i *Issuer) sign(sa *corev1.ServiceAccount, secret *corev1.Secret, audience
 	if secret != nil {
 		private.Kubernetes.Secret = &ref{Name: secret.Name, UID: string(secret.UID)}
 	}
-	return jwt.Signed(i.signer).Claims(private).Claims(public).Serialize()
+	return jwt.Signed(i.signer).Claims(private).Claims(audienceClaim{audiences}).Claims(public).Serialize()
 }
