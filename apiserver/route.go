@@ -110,13 +110,26 @@ func routeResource(c *registry.Catalog, path string) (_ resourceRoute, ok bool) 
 	return route, true
 }
 
+// guardedWrite reports whether a request with method writes through the
+// store's guarded transactions: a create, or a replace, patch or delete of
+// one object (a delete of a collection lists first).
+func (route resourceRoute) guardedWrite(method string) bool {
+	switch method {
+	case http.MethodPost:
+		return true
+	case http.MethodPut, http.MethodPatch, http.MethodDelete:
+		return !route.collection
+	}
+	return false
+}
+
 // withResourceRoutes serves the resource paths the catalog resolves
 // (routeResource), and passes every other request to next.
 func withResourceRoutes(next http.Handler, c *registry.Catalog, m *metrics, tokens *serviceaccount.Issuer) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		route, ok := routeResource(c, r.URL.Path)
 		if ok && route.store.Resource.Gone != nil {
-			gone, err := route.store.Resource.Gone(r.Context())
+			gone, err := route.store.Resource.Gone(r.Context(), route.guardedWrite(r.Method))
 			if err != nil {
 				writeError(w, r, err)
 				return

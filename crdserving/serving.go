@@ -257,7 +257,9 @@ func (s *Server) apply(crd *apiextensionsv1.CustomResourceDefinition) {
 			return
 		}
 		name := crd.Name
-		res.Gone = func(ctx context.Context) (bool, error) { return s.gone(ctx, name, view) }
+		res.Gone = func(ctx context.Context, guardedWrite bool) (bool, error) {
+			return s.gone(ctx, name, view, guardedWrite)
+		}
 		stores = append(stores, s.newStore(&guardedStorage{Storage: s.storage, server: s, name: crd.Name, view: view}, res))
 	}
 	// A changed CRD's stores are replaced in one change of the catalog, so
@@ -393,9 +395,12 @@ func (s *Server) waitApplied(ctx context.Context, rev int64) error {
 // (present). Otherwise the CRD's key is read from etcd, one quorum read
 // without decoding: the read cache would wait for etcd's progress report
 // on every request while writes move the revision.
-func (s *Server) gone(ctx context.Context, name string, v *view) (bool, error) {
-	if v.gone.Load() {
-		return true, nil
+func (s *Server) gone(ctx context.Context, name string, v *view, guardedWrite bool) (bool, error) {
+	if v.gone.Load() || guardedWrite {
+		// A guarded write needs no read: its guard fails if the CRD is
+		// gone, and catchUp refuses it as not found. (Nor does a patch's
+		// syntax then wait for etcd.)
+		return v.gone.Load(), nil
 	}
 	rev, err := s.crds.CurrentRevision(ctx)
 	if err != nil {

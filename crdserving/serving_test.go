@@ -2,6 +2,7 @@ package crdserving
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -399,6 +400,22 @@ func TestDeletedCRDIsNotFoundAtOnce(t *testing.T) {
 				if code != http.StatusNotFound || strings.TrimSpace(body) != want {
 					t.Errorf("GET %s after the CRD's deletion: %d %s; want kube's 404 %s", p, code, body, want)
 				}
+			}
+			// A create asks etcd nothing before its guarded write, which
+			// the guard refuses: 404, nothing stored.
+			_, acceptedBefore := f.storage.counts()
+			resp, err := http.Post(srv.URL+path, "application/json", strings.NewReader(`{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"late"}}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			var status metav1.Status
+			if err := json.Unmarshal(body, &status); err != nil || resp.StatusCode != http.StatusNotFound || status.Reason != metav1.StatusReasonNotFound {
+				t.Errorf("POST %s after the CRD's deletion: %d %s; want 404 NotFound", path, resp.StatusCode, body)
+			}
+			if _, accepted := f.storage.counts(); accepted != acceptedBefore {
+				t.Errorf("POST %s after the CRD's deletion stored %d objects; want none", path, accepted-acceptedBefore)
 			}
 		})
 	}

@@ -48,8 +48,11 @@ type Resource struct {
 	// Gone, when set, is asked before each request to the resource: true
 	// answers the request as a path not served. A deleted CRD's custom
 	// resource is gone at once, on every replica, while the catalog keeps
-	// its stores a little longer for the open watches (crdserving).
-	Gone func(ctx context.Context) (bool, error)
+	// its stores a little longer for the open watches (crdserving). For a
+	// write whose transaction is guarded by the resource's definition
+	// (guardedWrite), Gone answers from what the replica knows, without
+	// asking etcd: the guard refuses the write if the definition is gone.
+	Gone func(ctx context.Context, guardedWrite bool) (bool, error)
 	// ListKind is the kind of a list ("WidgetList"); empty: Kind + "List".
 	ListKind   string
 	ShortNames []string

@@ -33,8 +33,9 @@ func TestTokensNeedASharedKeyWithEtcdServers(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	// The route's 404, not the ServiceAccount's (which may not exist yet).
-	if want := "the server could not find the requested resource"; resp.StatusCode != http.StatusNotFound || !strings.Contains(string(body), want) {
+	// The subresource's 404 saying what to configure, not the
+	// ServiceAccount's (which may not exist yet).
+	if want := "this server has no ServiceAccount signing key; start every replica with the same --service-account-signing-key-file"; resp.StatusCode != http.StatusNotFound || !strings.Contains(string(body), want) {
 		t.Errorf("TokenRequest without a signing key: %d %s; want 404 %q", resp.StatusCode, body, want)
 	}
 	if want := "give every replica the same --service-account-signing-key-file"; !strings.Contains(logs.String(), want) {
