@@ -80,6 +80,9 @@ type Monitor struct {
 	// lastOK is when the latest successful probe was sent.
 	lastOK time.Time
 	closed bool
+	// nextRead is where CurrentRevision starts looking for a member, so
+	// that its requests go round the members.
+	nextRead int
 
 	stop      chan struct{}
 	wg        sync.WaitGroup
@@ -91,6 +94,7 @@ type memberState struct {
 	checked time.Time // when the last probe ended (zero: not yet)
 	err     error     // of the last probe
 	sent    time.Time // when the probe in flight was sent (zero: none)
+	reads   int       // CurrentRevision requests out on its connection
 }
 
 // EndpointState is what the monitor knows of one member.
@@ -233,6 +237,55 @@ func (m *Monitor) routeLocked() {
 	}
 	m.active = healthy
 	m.client.SetEndpoints(healthy...)
+}
+
+// CurrentRevision reads etcd's current revision with a linearizable
+// count-only read of key, on the monitor's own connection to one member:
+// of the members whose last probe succeeded, one with the fewest of these
+// reads out. A read sent again while the first waits for a member that
+// stopped answering (registry's revision reader does so) thus goes to
+// another member, even before a probe took the silent one out.
+func (m *Monitor) CurrentRevision(ctx context.Context, key string) (int64, error) {
+	i := m.pickReader()
+	defer m.readDone(i)
+	resp, err := m.probes[i].Get(ctx, key, clientv3.WithCountOnly(), clientv3.WithLimit(1))
+	if err != nil {
+		return 0, err
+	}
+	return resp.Header.Revision, nil
+}
+
+// pickReader chooses the member for a CurrentRevision and counts the read
+// as out on it.
+func (m *Monitor) pickReader() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	best := -1
+	for k := range m.members {
+		i := (m.nextRead + k) % len(m.members)
+		if best < 0 || m.betterReader(i, best) {
+			best = i
+		}
+	}
+	m.nextRead = (best + 1) % len(m.members)
+	m.members[best].reads++
+	return best
+}
+
+// betterReader: member i is healthy where j is not, or as healthy with
+// fewer reads out.
+func (m *Monitor) betterReader(i, j int) bool {
+	a, b := m.members[i], m.members[j]
+	if a.healthy != b.healthy {
+		return a.healthy
+	}
+	return a.reads < b.reads
+}
+
+func (m *Monitor) readDone(i int) {
+	m.mu.Lock()
+	m.members[i].reads--
+	m.mu.Unlock()
 }
 
 // Check reports whether a linearizable read succeeded on some member

@@ -73,6 +73,8 @@ type Store struct {
 	leases *leaseManager
 	// bump: resource → the key every write of it puts (Options.Bump).
 	bump map[string]Ref
+	// monitor, when set, reads the current revision (Options.Monitor).
+	monitor *Monitor
 }
 
 // Options tune a Store; the zero value is what New gives.
@@ -97,6 +99,11 @@ type Options struct {
 	// ModRevision is the revision of the resource's last write: a write
 	// guarded by it fails if any of them landed since (RBAC's generation).
 	Bump map[string]Ref
+	// Monitor, when set, is the endpoint monitor of the store's client:
+	// CurrentRevision reads through it, on the member it picks
+	// (Monitor.CurrentRevision), so that a read sent again goes to
+	// another member than the one that did not answer.
+	Monitor *Monitor
 }
 
 // New returns a Store that keeps its keys under prefix (for example
@@ -114,6 +121,7 @@ func NewWithOptions(client *clientv3.Client, prefix string, opts Options) *Store
 		metrics: opts.Metrics,
 		ttl:     opts.TTL,
 		bump:    opts.Bump,
+		monitor: opts.Monitor,
 		leases:  newLeaseManager(client),
 	}
 }

@@ -136,6 +136,8 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 		Metrics:        storeMetrics,
 		TTL:            map[string]time.Duration{registry.Events.Plural: cfg.EventTTL},
 		Bump:           registry.RBACBump(),
+		// Revision reads go round the members the monitor sees answer.
+		Monitor: monitor,
 	})
 	// Writes allowed by RBAC without waiting carry its guard (filters.Fence).
 	fenced := registry.FencedStorage(store)
