@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,11 +21,18 @@ import (
 type threeMembers struct {
 	etcd    *etcdtest.Etcd
 	proxies [3]*etcdtest.Proxy
+	client  *clientv3.Client // the store's
 	monitor *etcdstore.Monitor
 	store   *etcdstore.Store
 }
 
 func startThreeMembers(t *testing.T, requestTimeout time.Duration) *threeMembers {
+	return startThreeMembersProbed(t, requestTimeout, 0)
+}
+
+// startThreeMembersProbed is startThreeMembers with the monitor's probe
+// timeout (0: the default).
+func startThreeMembersProbed(t *testing.T, requestTimeout, probeTimeout time.Duration) *threeMembers {
 	t.Helper()
 	e := etcdtest.Start(t)
 	m := &threeMembers{etcd: e}
@@ -52,10 +60,11 @@ func startThreeMembers(t *testing.T, requestTimeout time.Duration) *threeMembers
 			t.Fatalf("etcd through the proxies: %v", err)
 		}
 	}
-	if m.monitor, err = etcdstore.StartMonitor(client, etcdstore.MonitorConfig{Client: cfg, Prefix: "/registry"}); err != nil {
+	if m.monitor, err = etcdstore.StartMonitor(client, etcdstore.MonitorConfig{Client: cfg, Prefix: "/registry", ProbeTimeout: probeTimeout}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(m.monitor.Close)
+	m.client = client
 	m.store = etcdstore.NewWithOptions(client, "/registry", etcdstore.Options{RequestTimeout: requestTimeout, Monitor: m.monitor})
 	return m
 }
@@ -288,5 +297,40 @@ func TestUpdateConflictSentAgainIsUnknown(t *testing.T) {
 	}
 	if err := stored(ctx, m.etcd, "/registry/configmaps/default/stale", "v1", rev); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestOvertakenMemberIsTakenOut: a member whose request was answered by
+// another member after it had waited past the hedge delay is taken out of
+// the client's endpoints at once, without waiting for a probe to fail
+// (the probes wait 30s here).
+func TestOvertakenMemberIsTakenOut(t *testing.T) {
+	m := startThreeMembersProbed(t, 10*time.Second, 30*time.Second)
+	ctx := testContext(t)
+	m.proxies[0].Freeze()
+	resent := false
+	for n := 0; n < 3 && !resent; n++ {
+		start := time.Now()
+		if _, err := m.store.Count(ctx, "configmaps"); err != nil {
+			t.Fatalf("count %d with a member frozen: %v", n, err)
+		}
+		resent = time.Since(start) >= etcdstore.DefaultHedgeDelay
+	}
+	if !resent {
+		t.Fatal("no count went to the frozen member first")
+	}
+	// The copy on the frozen member ends (cancelled) just after the
+	// answer: poll for the monitor's verdict.
+	want := []string{m.proxies[1].URL, m.proxies[2].URL}
+	deadline := time.Now().Add(5 * time.Second)
+	for !slices.Equal(m.client.Endpoints(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("client endpoints %v; want %v once a request was answered elsewhere (monitor: %+v)", m.client.Endpoints(), want, m.monitor.Endpoints())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	st := m.monitor.Endpoints()[0]
+	if st.Healthy || st.Err == nil || !strings.Contains(st.Err.Error(), "another member answered it") {
+		t.Errorf("monitor on the frozen member: healthy %v, error %v; want taken out for a request another member answered", st.Healthy, st.Err)
 	}
 }
