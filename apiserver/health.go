@@ -30,19 +30,32 @@ var errShuttingDown = errors.New("process is shutting down")
 // errCRDsNotSynced is the CRD check's failure.
 var errCRDsNotSynced = errors.New("the custom resources of the stored CRDs are not served yet")
 
+// PostStartHook is start-up work a replica does while it serves, as
+// kube-apiserver's post-start hooks: /readyz's check poststarthook/<Name>
+// fails until Check returns nil. Check must answer at once (from the
+// work's state, never asking etcd).
+type PostStartHook struct {
+	Name string
+	// Check: nil once the work is done; else what it waits for (logged,
+	// withheld from the response as every reason).
+	Check func() error
+}
+
 // healthEndpoints are /livez, /readyz and /healthz, each with its checks in
 // the order they run:
 //
 //	livez:   ping                  (no etcd: a replica cut off from etcd is
 //	                                alive, restarting it would not help)
-//	readyz:  ping, etcd, poststarthook/crd-informer-synced, shutdown
+//	readyz:  ping, etcd, poststarthook/<hook>..., poststarthook/crd-
+//	         informer-synced, shutdown
 //	                               (take this replica out of the load
 //	                                balancer when etcd is gone or it stops;
-//	                                etcd: a linearizable read succeeded
-//	                                within the last second; the CRDs stored
-//	                                at start are served)
+//	                                etcd: StorageCheck, answered from the
+//	                                endpoint monitor's probes; the start-up
+//	                                steps are done; the CRDs stored at start
+//	                                are served)
 //	healthz: ping, etcd            (deprecated in Kubernetes; kept for tools)
-func healthEndpoints(storage func(ctx context.Context) error, shutdownInitiated, crdsSynced <-chan struct{}) map[string]*healthEndpoint {
+func healthEndpoints(storage func(ctx context.Context) error, shutdownInitiated, crdsSynced <-chan struct{}, hooks ...PostStartHook) map[string]*healthEndpoint {
 	ping := healthCheck{"ping", func(context.Context) error { return nil }}
 	var etcd []healthCheck
 	if storage != nil {
@@ -60,9 +73,12 @@ func healthEndpoints(storage func(ctx context.Context) error, shutdownInitiated,
 			return nil
 		}
 	}}
-	var crds []healthCheck
+	var started []healthCheck
+	for _, h := range hooks {
+		started = append(started, healthCheck{"poststarthook/" + h.Name, func(context.Context) error { return h.Check() }})
+	}
 	if crdsSynced != nil {
-		crds = append(crds, healthCheck{"poststarthook/crd-informer-synced", func(context.Context) error {
+		started = append(started, healthCheck{"poststarthook/crd-informer-synced", func(context.Context) error {
 			select {
 			case <-crdsSynced:
 				return nil
@@ -73,7 +89,7 @@ func healthEndpoints(storage func(ctx context.Context) error, shutdownInitiated,
 	}
 	return map[string]*healthEndpoint{
 		"livez":   {name: "livez", checks: []healthCheck{ping}},
-		"readyz":  {name: "readyz", checks: slices.Concat([]healthCheck{ping}, etcd, crds, []healthCheck{shutdown})},
+		"readyz":  {name: "readyz", checks: slices.Concat([]healthCheck{ping}, etcd, started, []healthCheck{shutdown})},
 		"healthz": {name: "healthz", checks: slices.Concat([]healthCheck{ping}, etcd)},
 	}
 }

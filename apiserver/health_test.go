@@ -3,16 +3,19 @@ package apiserver_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/concord-dev/concord/apiserver"
 	"github.com/concord-dev/concord/etcdstore"
 	"github.com/concord-dev/concord/internal/syncbuf"
 	"github.com/concord-dev/concord/registry"
@@ -118,6 +121,44 @@ func TestReadyzWaitsForTheStoredCRDs(t *testing.T) {
 	close(synced)
 	if resp := s.do(t, http.MethodGet, "/readyz?verbose", nil); resp.Code != http.StatusOK || !strings.Contains(string(resp.Body), "[+]poststarthook/crd-informer-synced ok") {
 		t.Errorf("once the CRDs are served: GET /readyz?verbose = %d %q; want 200 with the check passed", resp.Code, resp.Body)
+	}
+}
+
+// TestReadyzNamesTheStartupSteps: each start-up step has its check
+// poststarthook/<name>, failing until the step is done, its reason in the
+// log only, as every check's.
+func TestReadyzNamesTheStartupSteps(t *testing.T) {
+	var namespacesDone atomic.Bool
+	logs := &syncBuffer{}
+	s := startServerWithOptions(t, serverOptions{logOut: logs, hooks: []apiserver.PostStartHook{
+		{Name: "start-system-namespaces-controller", Check: func() error {
+			if namespacesDone.Load() {
+				return nil
+			}
+			return errors.New("waiting for etcd: etcdserver: no leader")
+		}},
+		{Name: "rbac/bootstrap-roles", Check: func() error { return errors.New("not started") }},
+	}})
+	want := "[+]ping ok\n[+]etcd ok\n[-]poststarthook/start-system-namespaces-controller failed: reason withheld\n[-]poststarthook/rbac/bootstrap-roles failed: reason withheld\n[+]shutdown ok\nreadyz check failed\n"
+	if resp := s.do(t, http.MethodGet, "/readyz?verbose", nil); resp.Code != http.StatusInternalServerError || string(resp.Body) != want {
+		t.Errorf("GET /readyz?verbose = %d %q; want 500 %q", resp.Code, resp.Body, want)
+	}
+	if resp := s.do(t, http.MethodGet, "/readyz/poststarthook/rbac/bootstrap-roles", nil); resp.Code != http.StatusInternalServerError {
+		t.Errorf("GET /readyz/poststarthook/rbac/bootstrap-roles = %d %q; want 500", resp.Code, resp.Body)
+	}
+	if !logs.waitFor(t, func(line map[string]any) bool {
+		details, _ := line["details"].(string)
+		return line["msg"] == "health check failed" && strings.Contains(details, "[-]poststarthook/start-system-namespaces-controller failed: waiting for etcd: etcdserver: no leader\n")
+	}) {
+		t.Errorf("no \"health check failed\" log line with the step's reason; log:\n%s", logs.String())
+	}
+	namespacesDone.Store(true)
+	want = "[+]ping ok\n[+]etcd ok\n[+]poststarthook/start-system-namespaces-controller ok\n[-]poststarthook/rbac/bootstrap-roles failed: reason withheld\n[+]shutdown ok\nreadyz check failed\n"
+	if resp := s.do(t, http.MethodGet, "/readyz?verbose", nil); resp.Code != http.StatusInternalServerError || string(resp.Body) != want {
+		t.Errorf("one step done: GET /readyz?verbose = %d %q; want 500 %q", resp.Code, resp.Body, want)
+	}
+	if resp := s.do(t, http.MethodGet, "/livez", nil); resp.Code != http.StatusOK {
+		t.Errorf("GET /livez during start-up = %d; want 200", resp.Code)
 	}
 }
 

@@ -69,6 +69,8 @@ type serverOptions struct {
 	shutdown <-chan struct{}
 	// crdsSynced, until closed, fails /readyz.
 	crdsSynced <-chan struct{}
+	// hooks are start-up steps /readyz waits for.
+	hooks []apiserver.PostStartHook
 	// logOut receives the server's JSON log (nil: discarded).
 	logOut io.Writer
 	// maxReadOnly and maxMutating are the in-flight limits (0: none);
@@ -120,6 +122,9 @@ func startServerWithOptions(t testing.TB, opts serverOptions) *testServer {
 		Client:     clientv3.Config{Endpoints: []string{e.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()},
 		Prefix:     "/registry",
 		Registerer: reg,
+		// As run: readiness tolerates an etcd silent for less than the
+		// request timeout.
+		ReadyWithin: opts.etcdRequestTimeout,
 	})
 	if err != nil {
 		t.Fatalf("etcd endpoint monitor: %v", err)
@@ -141,6 +146,7 @@ func startServerWithOptions(t testing.TB, opts serverOptions) *testServer {
 		StorageCheck:       monitor.Check,
 		ShutdownInitiated:  opts.shutdown,
 		CRDsSynced:         opts.crdsSynced,
+		PostStartHooks:     opts.hooks,
 		Metrics:            reg,
 
 		MaxRequestsInFlight:         opts.maxReadOnly,

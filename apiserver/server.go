@@ -55,6 +55,9 @@ type Config struct {
 	// start are served: until then /readyz fails (its check
 	// poststarthook/crd-informer-synced, kube's name). Nil: no such check.
 	CRDsSynced <-chan struct{}
+	// PostStartHooks are the start-up steps /readyz waits for, each with
+	// its check poststarthook/<name>, before the CRD one.
+	PostStartHooks []PostStartHook
 	// Metrics receives the API's metrics and is what /metrics serves, with
 	// whatever else the caller registered in it. Nil: a registry of the
 	// API's metrics alone.
@@ -222,7 +225,7 @@ func New(cfg Config) *Handler {
 		Bytes: cfg.MaxRequestBytesInFlight, MaxBody: MaxRequestBodyBytes,
 	}, cfg.Metrics, writeError)
 	api := filters.WithCORS(filters.WithAuth(limited, cfg.Authentication, cfg.Authorizer, writeError, filteredRequests{catalog: catalog}), cfg.CORSAllowedOrigins)
-	probes := probeHandler(healthEndpoints(cfg.StorageCheck, cfg.ShutdownInitiated, cfg.CRDsSynced),
+	probes := probeHandler(healthEndpoints(cfg.StorageCheck, cfg.ShutdownInitiated, cfg.CRDsSynced, cfg.PostStartHooks...),
 		promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
 	watches := &sync.WaitGroup{}
 	return &Handler{rc: withRequestContext(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

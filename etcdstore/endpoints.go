@@ -24,6 +24,10 @@ const (
 	// DefaultReadyWithin: Check passes while the last linearizable read
 	// that succeeded was sent at most this long ago.
 	DefaultReadyWithin = time.Second
+	// DefaultStallAfter: a request out on a member for longer than this
+	// counts against it in Member's choice. Well above what a healthy
+	// member takes, well under the probe timeout.
+	DefaultStallAfter = 500 * time.Millisecond
 )
 
 // MonitorConfig configures a Monitor.
@@ -39,6 +43,8 @@ type MonitorConfig struct {
 	ProbeInterval time.Duration
 	ProbeTimeout  time.Duration
 	ReadyWithin   time.Duration
+	// StallAfter: 0 means DefaultStallAfter (see Member).
+	StallAfter time.Duration
 	// Logger receives a line when a member is taken out or comes back
 	// (nil: none).
 	Logger *slog.Logger
@@ -58,7 +64,9 @@ type MonitorConfig struct {
 // answered within ProbeTimeout, and sets the client's endpoints to the
 // members whose last probe succeeded (to all of them when none did: a
 // client needs endpoints to recover). Requests sent to a member before it
-// was taken out still wait for their own deadline.
+// was taken out still wait for their own deadline; the store's own
+// requests go to the member Member picks, on the monitor's connections,
+// and are sent again elsewhere when it does not answer (hedge.go).
 //
 // Check reports from the probes' results without asking etcd, so that a
 // health check answers at once. With one endpoint the monitor only
@@ -71,6 +79,7 @@ type Monitor struct {
 	interval    time.Duration
 	timeout     time.Duration
 	readyWithin time.Duration
+	stallAfter  time.Duration
 	log         *slog.Logger
 
 	mu      sync.Mutex
@@ -80,6 +89,9 @@ type Monitor struct {
 	// lastOK is when the latest successful probe was sent.
 	lastOK time.Time
 	closed bool
+	// nextRead is where Member starts looking for a member, so that
+	// requests go round the members.
+	nextRead int
 
 	stop      chan struct{}
 	wg        sync.WaitGroup
@@ -91,6 +103,8 @@ type memberState struct {
 	checked time.Time // when the last probe ended (zero: not yet)
 	err     error     // of the last probe
 	sent    time.Time // when the probe in flight was sent (zero: none)
+	reads   int       // requests out on its connection (Member)
+	stalls  int       // of those, the ones out for longer than stallAfter
 }
 
 // EndpointState is what the monitor knows of one member.
@@ -119,6 +133,7 @@ func StartMonitor(client *clientv3.Client, cfg MonitorConfig) (*Monitor, error) 
 		interval:    orDefault(cfg.ProbeInterval, DefaultProbeInterval),
 		timeout:     orDefault(cfg.ProbeTimeout, DefaultProbeTimeout),
 		readyWithin: orDefault(cfg.ReadyWithin, DefaultReadyWithin),
+		stallAfter:  orDefault(cfg.StallAfter, DefaultStallAfter),
 		log:         cfg.Logger,
 		stop:        make(chan struct{}),
 	}
@@ -233,6 +248,110 @@ func (m *Monitor) routeLocked() {
 	}
 	m.active = healthy
 	m.client.SetEndpoints(healthy...)
+}
+
+// CurrentRevision reads etcd's current revision with a linearizable
+// count-only read of key, on the monitor's own connection to the member
+// Member picks. A read sent again while the first waits for a member that
+// stopped answering (registry's revision reader does so) thus goes to
+// another member, even before a probe took the silent one out.
+func (m *Monitor) CurrentRevision(ctx context.Context, key string) (int64, error) {
+	_, client, done := m.Member(nil)
+	if client == nil {
+		client = m.client
+	}
+	// Not overtaken: registry's revision reader sends its copies itself.
+	defer done(false)
+	resp, err := client.Get(ctx, key, clientv3.WithCountOnly(), clientv3.WithLimit(1))
+	if err != nil {
+		return 0, err
+	}
+	return resp.Header.Revision, nil
+}
+
+// Member picks a member for one request and returns its index and the
+// monitor's own client of it; done must be called when the request ended,
+// with overtaken true if another member answered the request first (a
+// copy of it: see hedge.go). A request out for longer than StallAfter and
+// overtaken takes its member out, as a failed probe does, until a probe
+// succeeds again: a silent member is thus taken out within about the
+// hedge delay, rather than the probe timeout, once traffic finds it.
+// It prefers, in order: a member not in avoid (those the request was sent
+// to already), whose last probe succeeded, with no request out on it for
+// longer than StallAfter (a member that stopped answering shows so within
+// StallAfter of its first unanswered request, before a probe times out),
+// with the fewest requests out; and goes round the members among equals.
+// Once the monitor is closed the client is nil: use the monitored one.
+func (m *Monitor) Member(avoid []int) (int, *clientv3.Client, func(overtaken bool)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return -1, nil, func(bool) {}
+	}
+	best := -1
+	for k := range m.members {
+		i := (m.nextRead + k) % len(m.members)
+		if best < 0 || m.better(i, best, avoid) {
+			best = i
+		}
+	}
+	m.nextRead = (best + 1) % len(m.members)
+	m.members[best].reads++
+	call := &memberCall{i: best}
+	call.timer = time.AfterFunc(m.stallAfter, func() { m.stalled(call) })
+	return best, m.probes[best], func(overtaken bool) { m.callDone(call, overtaken) }
+}
+
+// memberCall is one request out on a member's connection (Member).
+type memberCall struct {
+	i       int
+	timer   *time.Timer
+	late    bool // counted in the member's stalls
+	settled bool
+}
+
+// better: member i is a better pick than j (see Member).
+func (m *Monitor) better(i, j int, avoid []int) bool {
+	if ai, aj := slices.Contains(avoid, i), slices.Contains(avoid, j); ai != aj {
+		return aj
+	}
+	a, b := m.members[i], m.members[j]
+	if a.healthy != b.healthy {
+		return a.healthy
+	}
+	if (a.stalls > 0) != (b.stalls > 0) {
+		return b.stalls > 0
+	}
+	return a.reads < b.reads
+}
+
+// stalled counts a request out for StallAfter against its member.
+func (m *Monitor) stalled(call *memberCall) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !call.settled {
+		call.late = true
+		m.members[call.i].stalls++
+	}
+}
+
+func (m *Monitor) callDone(call *memberCall, overtaken bool) {
+	call.timer.Stop()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	call.settled = true
+	st := &m.members[call.i]
+	st.reads--
+	if !call.late {
+		return
+	}
+	st.stalls--
+	if overtaken && st.healthy && !m.closed {
+		st.healthy = false
+		st.err = fmt.Errorf("a request was not answered within %s while another member answered it: %w", m.stallAfter, ErrUnavailable)
+		m.routeLocked()
+		m.log.Warn("etcd member did not answer; requests go to the others", "endpoint", m.endpoints[call.i], "err", st.err, "endpoints", strings.Join(m.active, ","))
+	}
 }
 
 // Check reports whether a linearizable read succeeded on some member

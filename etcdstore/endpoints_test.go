@@ -6,11 +6,8 @@ import (
 	"errors"
 	"log/slog"
 	"maps"
-	"net"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,116 +20,14 @@ import (
 	"github.com/concord-dev/concord/internal/syncbuf"
 )
 
-// freezableProxy forwards TCP connections to an etcd member; frozen, it
-// keeps every connection open and passes nothing either way, as a
-// SIGSTOPped or partitioned member does.
-type freezableProxy struct {
-	url string
-	ln  net.Listener
-
-	// chunks counts what it forwarded, either way.
-	chunks atomic.Int64
-
-	mu     sync.Mutex
-	frozen bool
-	thawed chan struct{} // closed by thaw
-	conns  []net.Conn
-	wg     sync.WaitGroup
-}
-
-func startProxy(t *testing.T, target string) *freezableProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &freezableProxy{url: "http://" + ln.Addr().String(), ln: ln, thawed: make(chan struct{})}
-	addr := strings.TrimPrefix(target, "http://")
-	p.wg.Go(func() {
-		for {
-			in, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			out, err := net.Dial("tcp", addr)
-			if err != nil {
-				in.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, in, out)
-			p.mu.Unlock()
-			p.wg.Go(func() { p.pipe(out, in) })
-			p.wg.Go(func() { p.pipe(in, out) })
-		}
-	})
-	t.Cleanup(func() {
-		p.thaw()
-		ln.Close()
-		p.mu.Lock()
-		for _, c := range p.conns {
-			c.Close()
-		}
-		p.mu.Unlock()
-		p.wg.Wait()
-	})
-	return p
-}
-
-// pipe copies from src to dst, holding each chunk while the proxy is
-// frozen.
-func (p *freezableProxy) pipe(dst, src net.Conn) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			p.wait()
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-			p.chunks.Add(1)
-		}
-		if err != nil {
-			dst.Close()
-			return
-		}
-	}
-}
-
-func (p *freezableProxy) wait() {
-	p.mu.Lock()
-	frozen, thawed := p.frozen, p.thawed
-	p.mu.Unlock()
-	if frozen {
-		<-thawed
-	}
-}
-
-func (p *freezableProxy) freeze() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.frozen {
-		p.frozen, p.thawed = true, make(chan struct{})
-	}
-}
-
-func (p *freezableProxy) thaw() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.frozen {
-		p.frozen = false
-		close(p.thawed)
-	}
-}
-
 // twoEndpoints is one etcd reached through two proxies: two endpoints of
 // the same data, either of which can be frozen.
-func twoEndpoints(t *testing.T) (clientv3.Config, *clientv3.Client, [2]*freezableProxy) {
+func twoEndpoints(t *testing.T) (clientv3.Config, *clientv3.Client, [2]*etcdtest.Proxy) {
 	t.Helper()
 	e := etcdtest.Start(t)
-	proxies := [2]*freezableProxy{startProxy(t, e.Endpoint), startProxy(t, e.Endpoint)}
+	proxies := [2]*etcdtest.Proxy{etcdtest.StartProxy(t, e.Endpoint), etcdtest.StartProxy(t, e.Endpoint)}
 	cfg := clientv3.Config{
-		Endpoints:   []string{proxies[0].url, proxies[1].url},
+		Endpoints:   []string{proxies[0].URL, proxies[1].URL},
 		DialTimeout: 5 * time.Second,
 		Logger:      zap.NewNop(),
 	}
@@ -144,9 +39,9 @@ func twoEndpoints(t *testing.T) (clientv3.Config, *clientv3.Client, [2]*freezabl
 	// Both connections up before anything is frozen: the client sends
 	// requests only on connections that are ready, so a frozen proxy whose
 	// connection was still being set up would never be tried.
-	for i := 0; proxies[0].chunks.Load() < 8 || proxies[1].chunks.Load() < 8; i++ {
+	for i := 0; proxies[0].Chunks.Load() < 8 || proxies[1].Chunks.Load() < 8; i++ {
 		if i == 100 {
-			t.Fatalf("the client does not use both proxies (%d and %d chunks forwarded)", proxies[0].chunks.Load(), proxies[1].chunks.Load())
+			t.Fatalf("the client does not use both proxies (%d and %d chunks forwarded)", proxies[0].Chunks.Load(), proxies[1].Chunks.Load())
 		}
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 		_, err := client.Get(ctx, "/warm-up")
@@ -244,7 +139,7 @@ func gets(t *testing.T, client *clientv3.Client, n int) int {
 // client's requests.
 func TestFrozenMemberWithoutMonitor(t *testing.T) {
 	_, client, proxies := twoEndpoints(t)
-	proxies[0].freeze()
+	proxies[0].Freeze()
 	if failed := gets(t, client, 6); failed == 0 {
 		t.Errorf("6 reads with one of two members frozen and no monitor: none failed; want some sent to the frozen member")
 	}
@@ -266,7 +161,7 @@ func TestMonitorRoutesAroundAFrozenMember(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	a, b := proxies[0].url, proxies[1].url
+	a, b := proxies[0].URL, proxies[1].URL
 	if err := m.Check(t.Context()); err != nil {
 		t.Fatalf("Check with both members up: %v", err)
 	}
@@ -274,7 +169,7 @@ func TestMonitorRoutesAroundAFrozenMember(t *testing.T) {
 		t.Errorf("concord_etcd_endpoint_healthy = %v; want %v", got, want)
 	}
 
-	proxies[0].freeze()
+	proxies[0].Freeze()
 	took := waitEndpoints(t, client, []string{b}, 3*time.Second)
 	t.Logf("frozen member out of the client's endpoints after %s", took.Round(time.Millisecond))
 	if took > 2*time.Second {
@@ -303,7 +198,7 @@ func TestMonitorRoutesAroundAFrozenMember(t *testing.T) {
 		t.Errorf("Endpoints() = %+v; want %s unhealthy with an error, %s healthy", states, a, b)
 	}
 
-	proxies[0].thaw()
+	proxies[0].Thaw()
 	took = waitEndpoints(t, client, []string{a, b}, 3*time.Second)
 	t.Logf("thawed member back in the client's endpoints after %s", took.Round(time.Millisecond))
 
@@ -332,8 +227,8 @@ func TestMonitorAllMembersFrozen(t *testing.T) {
 	}
 	defer m.Close()
 
-	proxies[0].freeze()
-	proxies[1].freeze()
+	proxies[0].Freeze()
+	proxies[1].Freeze()
 	frozen := time.Now()
 	var err2 error
 	for {
@@ -360,8 +255,8 @@ func TestMonitorAllMembersFrozen(t *testing.T) {
 		t.Errorf("client endpoints with every member frozen = %v; want all of them, %v", got, want)
 	}
 
-	proxies[0].thaw()
-	proxies[1].thaw()
+	proxies[0].Thaw()
+	proxies[1].Thaw()
 	thawed := time.Now()
 	for m.Check(t.Context()) != nil {
 		if time.Since(thawed) > 3*time.Second {

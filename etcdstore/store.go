@@ -73,6 +73,9 @@ type Store struct {
 	leases *leaseManager
 	// bump: resource → the key every write of it puts (Options.Bump).
 	bump map[string]Ref
+	// monitor, when set, picks the member of each request (Options.Monitor).
+	monitor    *Monitor
+	hedgeDelay time.Duration
 }
 
 // Options tune a Store; the zero value is what New gives.
@@ -97,6 +100,15 @@ type Options struct {
 	// ModRevision is the revision of the resource's last write: a write
 	// guarded by it fails if any of them landed since (RBAC's generation).
 	Bump map[string]Ref
+	// Monitor, when set, is the endpoint monitor of the store's client:
+	// every request goes to the member it picks (Monitor.Member), on its
+	// own connection, so that a request sent again goes to another member
+	// than the one that did not answer (hedge.go).
+	Monitor *Monitor
+	// HedgeDelay: with a Monitor, a read, update or delete not answered
+	// within it is sent again to another member (see hedge.go); 0 means
+	// DefaultHedgeDelay.
+	HedgeDelay time.Duration
 }
 
 // New returns a Store that keeps its keys under prefix (for example
@@ -108,13 +120,15 @@ func New(client *clientv3.Client, prefix string) *Store {
 // NewWithOptions is New with per-request timeouts and metrics.
 func NewWithOptions(client *clientv3.Client, prefix string, opts Options) *Store {
 	return &Store{
-		kv:      kubernetes.Client{Client: client},
-		prefix:  "/" + strings.Trim(prefix, "/"),
-		timeout: opts.RequestTimeout,
-		metrics: opts.Metrics,
-		ttl:     opts.TTL,
-		bump:    opts.Bump,
-		leases:  newLeaseManager(client),
+		kv:         kubernetes.Client{Client: client},
+		prefix:     "/" + strings.Trim(prefix, "/"),
+		timeout:    opts.RequestTimeout,
+		metrics:    opts.Metrics,
+		ttl:        opts.TTL,
+		bump:       opts.Bump,
+		monitor:    opts.Monitor,
+		hedgeDelay: orDefault(opts.HedgeDelay, DefaultHedgeDelay),
+		leases:     newLeaseManager(client),
 	}
 }
 
@@ -141,7 +155,9 @@ func (s *Store) Get(ctx context.Context, ref Ref, revision int64) (Object, error
 		return Object{}, err
 	}
 	ctx, end := s.begin(ctx, "get", ref.Resource)
-	resp, err := s.kv.Get(ctx, key, kubernetes.GetOptions{Revision: revision})
+	resp, err := hedgedRead(ctx, s, func(ctx context.Context, kv kubernetes.Client) (kubernetes.GetResponse, error) {
+		return kv.Get(ctx, key, kubernetes.GetOptions{Revision: revision})
+	})
 	end(err)
 	if err != nil {
 		return Object{}, storeError("get", key, err)
@@ -163,7 +179,9 @@ func (s *Store) List(ctx context.Context, resource, namespace string, opts ListO
 	}
 	// The range end is the prefix's end, so no Start can read outside it.
 	ctx, end := s.begin(ctx, "list", resource)
-	resp, err := s.kv.List(ctx, prefix, kubernetes.ListOptions{Revision: opts.Revision, Limit: opts.Limit, Continue: prefix + opts.Start})
+	resp, err := hedgedRead(ctx, s, func(ctx context.Context, kv kubernetes.Client) (kubernetes.ListResponse, error) {
+		return kv.List(ctx, prefix, kubernetes.ListOptions{Revision: opts.Revision, Limit: opts.Limit, Continue: prefix + opts.Start})
+	})
 	end(err)
 	if err != nil {
 		return ListResult{}, storeError("list", prefix, err)
@@ -186,7 +204,9 @@ func (s *Store) Count(ctx context.Context, resource string) (int64, error) {
 		return 0, err
 	}
 	ctx, end := s.begin(ctx, "count", resource)
-	n, err := s.kv.Count(ctx, prefix, kubernetes.CountOptions{})
+	n, err := hedgedRead(ctx, s, func(ctx context.Context, kv kubernetes.Client) (int64, error) {
+		return kv.Count(ctx, prefix, kubernetes.CountOptions{})
+	})
 	end(err)
 	if err != nil {
 		return 0, storeError("count", prefix, err)
@@ -261,7 +281,9 @@ func (s *Store) guardedWrite(ctx context.Context, name, key string, revision int
 		return 0, err
 	}
 	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", revision)}, gcmps...)
-	resp, err := s.kv.Client.Txn(ctx).If(cmps...).Then(ops...).Else(clientv3.OpGet(key)).Commit()
+	resp, err := hedgedWrite(ctx, s, func(ctx context.Context, kv kubernetes.Client) (*clientv3.TxnResponse, error) {
+		return kv.Txn(ctx).If(cmps...).Then(ops...).Else(clientv3.OpGet(key)).Commit()
+	}, func(resp *clientv3.TxnResponse) bool { return resp.Succeeded })
 	if err != nil {
 		return 0, writeError(name, key, err)
 	}
@@ -307,7 +329,9 @@ func (s *Store) Create(ctx context.Context, ref Ref, value []byte, guards ...Gua
 func (s *Store) create(ctx context.Context, ref Ref, key string, value []byte, lease clientv3.LeaseID, guards []Guard) (int64, error) {
 	if len(guards) == 0 {
 		ctx, end := s.begin(ctx, "create", ref.Resource)
-		resp, err := s.kv.OptimisticPut(ctx, key, value, 0, kubernetes.PutOptions{LeaseID: lease})
+		resp, err := createOnce(ctx, s, func(ctx context.Context, kv kubernetes.Client) (kubernetes.PutResponse, error) {
+			return kv.OptimisticPut(ctx, key, value, 0, kubernetes.PutOptions{LeaseID: lease})
+		})
 		end(err)
 		if err != nil {
 			return 0, writeError("create", key, err)
@@ -323,7 +347,9 @@ func (s *Store) create(ctx context.Context, ref Ref, key string, value []byte, l
 	}
 	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", 0)}, gcmps...)
 	ctx, end := s.begin(ctx, "create", ref.Resource)
-	resp, err := s.kv.Client.Txn(ctx).If(cmps...).Then(ops...).Else(clientv3.OpGet(key, clientv3.WithCountOnly())).Commit()
+	resp, err := createOnce(ctx, s, func(ctx context.Context, kv kubernetes.Client) (*clientv3.TxnResponse, error) {
+		return kv.Txn(ctx).If(cmps...).Then(ops...).Else(clientv3.OpGet(key, clientv3.WithCountOnly())).Commit()
+	})
 	end(err)
 	if err != nil {
 		return 0, writeError("create", key, err)
@@ -372,7 +398,9 @@ func (s *Store) update(ctx context.Context, ref Ref, key string, value []byte, r
 		end(err)
 		return rev, err
 	}
-	resp, err := s.kv.OptimisticPut(ctx, key, value, revision, kubernetes.PutOptions{GetOnFailure: true, LeaseID: lease})
+	resp, err := hedgedWrite(ctx, s, func(ctx context.Context, kv kubernetes.Client) (kubernetes.PutResponse, error) {
+		return kv.OptimisticPut(ctx, key, value, revision, kubernetes.PutOptions{GetOnFailure: true, LeaseID: lease})
+	}, func(resp kubernetes.PutResponse) bool { return resp.Succeeded })
 	end(err)
 	if err != nil {
 		return 0, writeError("update", key, err)
@@ -402,7 +430,9 @@ func (s *Store) Delete(ctx context.Context, ref Ref, revision int64, guards ...G
 		end(err)
 		return rev, err
 	}
-	resp, err := s.kv.OptimisticDelete(ctx, key, revision, kubernetes.DeleteOptions{GetOnFailure: true})
+	resp, err := hedgedWrite(ctx, s, func(ctx context.Context, kv kubernetes.Client) (kubernetes.DeleteResponse, error) {
+		return kv.OptimisticDelete(ctx, key, revision, kubernetes.DeleteOptions{GetOnFailure: true})
+	}, func(resp kubernetes.DeleteResponse) bool { return resp.Succeeded })
 	end(err)
 	if err != nil {
 		return 0, writeError("delete", key, err)

@@ -91,15 +91,25 @@ var (
 // errWatchStalled is what the metrics count for a replaced stream.
 var errWatchStalled = errors.New("etcdstore: watch stream stalled")
 
-// CurrentRevision returns the store's latest revision (a linearizable read).
+// CurrentRevision returns the store's latest revision (a linearizable
+// read), through the store's Monitor when it has one.
 func (s *Store) CurrentRevision(ctx context.Context) (int64, error) {
 	ctx, end := s.begin(ctx, "revision", "")
-	resp, err := s.kv.Client.Get(ctx, s.prefix+"/", clientv3.WithCountOnly(), clientv3.WithLimit(1))
+	var rev int64
+	var err error
+	if s.monitor != nil {
+		rev, err = s.monitor.CurrentRevision(ctx, s.prefix+"/")
+	} else {
+		var resp *clientv3.GetResponse
+		if resp, err = s.kv.Client.Get(ctx, s.prefix+"/", clientv3.WithCountOnly(), clientv3.WithLimit(1)); err == nil {
+			rev = resp.Header.Revision
+		}
+	}
 	end(err)
 	if err != nil {
 		return 0, storeError("revision", s.prefix, err)
 	}
-	return resp.Header.Revision, nil
+	return rev, nil
 }
 
 // WatchOptions qualify one watch.

@@ -73,12 +73,12 @@ func TestWatchResumesPastAFrozenMember(t *testing.T) {
 	write(t)
 	receive(t, 5*time.Second)
 	for i, p := range proxies {
-		p.freeze()
+		p.Freeze()
 		start := time.Now()
 		write(t)
 		receive(t, 10*time.Second)
 		t.Logf("member %d frozen: every event after %s", i, time.Since(start).Round(time.Millisecond))
-		p.thaw()
+		p.Thaw()
 		waitEndpoints(t, client, cfg.Endpoints, 5*time.Second)
 	}
 	if n := stalls(t, reg); n < 1 {

@@ -15,8 +15,17 @@ import (
 // soon as the current one returns; so under load one etcd request serves
 // every read that arrived during the previous one, as etcd batches its
 // ReadIndex.
+//
+// A request that one etcd member does not answer (frozen, cut off) must
+// not hold every cached read for the whole request timeout: when the
+// request has not answered within attemptTimeout it is sent again (the
+// storage sends it to another member: etcdstore.Monitor.CurrentRevision),
+// up to revisionReadAttempts in all, and the first answer serves the
+// readers. Every one of those requests is sent after the readers waiting
+// for it began, so any of their answers keeps the promise above.
 type revisionReader struct {
-	current func(context.Context) (int64, error)
+	current        func(context.Context) (int64, error)
+	attemptTimeout time.Duration
 
 	mu       sync.Mutex
 	inFlight bool
@@ -31,10 +40,19 @@ type revisionRead struct {
 	err  error
 }
 
-const revisionReadTimeout = time.Minute
+const (
+	revisionReadTimeout = time.Minute
+	// revisionAttemptTimeout: a revision request not answered within it is
+	// sent again. A linearizable read takes a few milliseconds when etcd
+	// is well; this is what a frozen member adds to reads and writes.
+	revisionAttemptTimeout = 500 * time.Millisecond
+	// revisionReadAttempts bounds the requests out for one read: enough
+	// to get past one silent member and a slow one.
+	revisionReadAttempts = 3
+)
 
 func newRevisionReader(current func(context.Context) (int64, error)) *revisionReader {
-	return &revisionReader{current: current}
+	return &revisionReader{current: current, attemptTimeout: revisionAttemptTimeout}
 }
 
 // read returns a revision at least etcd's current revision when read was
@@ -88,13 +106,7 @@ func (read *revisionRead) wait(ctx context.Context) (int64, error) {
 // sends that too (from a goroutine of its own, so that the readers of the
 // first one are answered at once).
 func (r *revisionReader) run(read *revisionRead) {
-	// Not the reader's context: others wait for this answer too. The
-	// storage bounds each request with its own timeout (--etcd-request-
-	// timeout); revisionReadTimeout is a backstop for storage without one,
-	// since every cached read waits for this request.
-	ctx, cancel := context.WithTimeout(context.Background(), revisionReadTimeout)
-	read.rev, read.err = r.current(ctx)
-	cancel()
+	read.rev, read.err = r.fetch()
 	close(read.done)
 	r.mu.Lock()
 	next := r.next
@@ -103,6 +115,49 @@ func (r *revisionReader) run(read *revisionRead) {
 	r.mu.Unlock()
 	if next != nil {
 		go r.run(next)
+	}
+}
+
+// fetch sends the revision request, and again every attemptTimeout while
+// none has answered, up to revisionReadAttempts: it returns the first
+// revision read, or the last error once every request failed, and cancels
+// the requests still out.
+func (r *revisionReader) fetch() (int64, error) {
+	// Not a reader's context: others wait for this answer too. The
+	// storage bounds each request with its own timeout (--etcd-request-
+	// timeout); revisionReadTimeout is a backstop for storage without one,
+	// since every cached read waits for this request.
+	ctx, cancel := context.WithTimeout(context.Background(), revisionReadTimeout)
+	defer cancel()
+	type answer struct {
+		rev int64
+		err error
+	}
+	answers := make(chan answer, revisionReadAttempts)
+	send := func() {
+		go func() {
+			rev, err := r.current(ctx)
+			answers <- answer{rev, err}
+		}()
+	}
+	send()
+	sent, out := 1, 1
+	again := time.NewTimer(r.attemptTimeout)
+	defer again.Stop()
+	for {
+		select {
+		case a := <-answers:
+			out--
+			if a.err == nil || out == 0 {
+				return a.rev, a.err
+			}
+		case <-again.C:
+			if sent < revisionReadAttempts {
+				send()
+				sent, out = sent+1, out+1
+				again.Reset(r.attemptTimeout)
+			}
+		}
 	}
 }
 

@@ -4,18 +4,18 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/concord-dev/concord/rbac"
 	"github.com/concord-dev/concord/registry"
 )
 
 // startAuthorization builds the authorizer chain of --authorization-mode.
-// With RBAC it starts the replica's view of the RBAC objects, reconciles
-// kube's default roles and bindings (every replica, idempotently, before
-// serving), puts the escalation checks on the RBAC stores, and runs the
-// ClusterRole aggregation under a Lease.
-func startAuthorization(ctx context.Context, sec *serving, catalog *registry.Catalog, storage registry.Storage, elect *elector, timeout time.Duration, log *slog.Logger) error {
+// With RBAC it starts the replica's view of the RBAC objects and puts the
+// escalation checks on the RBAC stores; it returns the reconciliation of
+// kube's default roles and bindings (every replica, idempotently), a
+// start-up step that then runs the ClusterRole aggregation under a Lease
+// — nil without RBAC.
+func startAuthorization(ctx context.Context, sec *serving, catalog *registry.Catalog, storage registry.Storage, elect *elector, log *slog.Logger) func(context.Context) error {
 	if !sec.rbacEnabled() {
 		sec.authorize(nil)
 		return nil
@@ -30,11 +30,11 @@ func startAuthorization(ctx context.Context, sec *serving, catalog *registry.Cat
 	authz := rbac.NewAuthorizer(view)
 	sec.authorize(authz)
 	(&rbac.Escalation{Rules: authz, Authorizer: sec.authz}).Install(src.Roles, src.ClusterRoles, src.RoleBindings, src.ClusterRoleBindings)
-	bootCtx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	if err := rbac.Bootstrap(bootCtx, src.ClusterRoles, src.ClusterRoleBindings, log); err != nil {
-		return fmt.Errorf("reconcile the default RBAC roles and bindings: %w", err)
+	return func(stepCtx context.Context) error {
+		if err := rbac.Bootstrap(stepCtx, src.ClusterRoles, src.ClusterRoleBindings, log); err != nil {
+			return fmt.Errorf("reconcile the default RBAC roles and bindings: %w", err)
+		}
+		elect.run(ctx, "concord-clusterrole-aggregation", rbac.NewAggregator(src.ClusterRoles, log.With("controller", "clusterrole-aggregation")).Run)
+		return nil
 	}
-	elect.run(ctx, "concord-clusterrole-aggregation", rbac.NewAggregator(src.ClusterRoles, log.With("controller", "clusterrole-aggregation")).Run)
-	return nil
 }

@@ -28,10 +28,7 @@ import (
 	"github.com/concord-dev/concord/crdserving"
 	"github.com/concord-dev/concord/crdstatus"
 	"github.com/concord-dev/concord/etcdstore"
-	"github.com/concord-dev/concord/garbagecollector"
-	"github.com/concord-dev/concord/namespacecontroller"
 	"github.com/concord-dev/concord/registry"
-	"github.com/concord-dev/concord/sacontroller"
 )
 
 // run serves until ctx is cancelled, then shuts down in order:
@@ -122,9 +119,13 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 	}
 	compactions := newCompactionMetrics(metrics)
 	// The monitor keeps requests away from members that stop answering and
-	// is what /readyz's etcd check reads.
+	// is what /readyz's etcd check reads: it fails once no member answered
+	// for the etcd request timeout, since requests wait that long. A
+	// shorter outage (an election, a starved probe) must not take every
+	// replica out of the load balancer at once.
 	monitor, err := etcdstore.StartMonitor(client, etcdstore.MonitorConfig{
 		Client: etcdCfg, Prefix: cfg.EtcdPrefix, Logger: log, Registerer: metrics,
+		ReadyWithin: cfg.EtcdRequestTimeout,
 	})
 	if err != nil {
 		return err
@@ -136,6 +137,8 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 		Metrics:        storeMetrics,
 		TTL:            map[string]time.Duration{registry.Events.Plural: cfg.EventTTL},
 		Bump:           registry.RBACBump(),
+		// Revision reads go round the members the monitor sees answer.
+		Monitor: monitor,
 	})
 	// Writes allowed by RBAC without waiting carry its guard (filters.Fence).
 	fenced := registry.FencedStorage(store)
@@ -161,22 +164,10 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 	go crdServer.Run(ctx)
 	go crdstatus.New(crds, log).Run(ctx)
 	go crdcleanup.New(crds, store, newStore, log).Run(ctx)
-	bootCtx, cancelBoot := context.WithTimeout(ctx, cfg.EtcdDialTimeout)
-	err = registry.EnsureSystemNamespaces(bootCtx, stores)
-	cancelBoot()
-	if err != nil {
-		return fmt.Errorf("create the system namespaces: %w", err)
-	}
 	// kube-controller-manager's controllers run on one replica at a time,
 	// each under a Lease of its own in kube-system.
 	elect := newElector(cfg.LeaderElection, coreStore(catalog, registry.Leases), log)
-	collector := garbagecollector.New(catalog, garbagecollector.Config{}, log.With("controller", "garbage-collector"))
-	elect.run(ctx, "concord-garbage-collector", collector.Run)
-	elect.run(ctx, "concord-serviceaccounts", sacontroller.New(coreStore(catalog, registry.Namespaces), coreStore(catalog, registry.ServiceAccounts), log).Run)
-	elect.run(ctx, "concord-namespaces", namespacecontroller.New(coreStore(catalog, registry.Namespaces), catalog, log.With("controller", "namespace")).Run)
-	if err := startAuthorization(ctx, sec, catalog, store, elect, cfg.EtcdDialTimeout, log); err != nil {
-		return err
-	}
+	steps := startupSteps(ctx, cfg, stores, catalog, store, elect, sec, log)
 
 	tokenIssuer, tokenAuthn, err := saKeys.tokens(cfg.ServiceAccounts, catalog)
 	if err != nil {
@@ -199,6 +190,7 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 		StorageCheck:       monitor.Check,
 		ShutdownInitiated:  shutdownInitiated,
 		CRDsSynced:         crdServer.Synced(),
+		PostStartHooks:     steps.hooks(),
 		Metrics:            metrics,
 
 		MaxRequestsInFlight:         cfg.MaxRequestsInFlight,
@@ -268,14 +260,10 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 		}
 		serveErr <- srv.Serve(ln)
 	}()
-	// Ready means serving the custom resources of the stored CRDs too, as
-	// /readyz says (its check poststarthook/crd-informer-synced).
-	select {
-	case <-crdServer.Synced():
-	case <-ctx.Done():
-	case <-time.After(cfg.EtcdDialTimeout):
-		log.Warn("the stored CustomResourceDefinitions are not all served yet; /readyz fails until they are: check the etcd connection", "waited", cfg.EtcdDialTimeout)
-	}
+	go steps.run(ctx, log)
+	// Ready means the start-up steps done and the custom resources of the
+	// stored CRDs served too, as /readyz says (its poststarthook checks).
+	waitStarted(ctx, log, cfg.EtcdDialTimeout, steps.done, crdServer.Synced())
 	log.Info("concord ready", "url", url, "kubeconfig", cfg.WriteKubeconfig, "etcd", strings.Join(endpoints, ","), "prefix", cfg.EtcdPrefix)
 	if ready != nil {
 		ready(url)
@@ -415,8 +403,8 @@ func etcdClientConfig(endpoints []string, tlsCfg *tls.Config) clientv3.Config {
 	}
 }
 
-// connectEtcd waits until etcd answers a read, for at most timeout, and says
-// which endpoints did not answer and for how long.
+// connectEtcd waits until an etcd member answers a read, for at most
+// timeout, and says which endpoints did not answer and for how long.
 func connectEtcd(ctx context.Context, log *slog.Logger, cfg clientv3.Config, timeout time.Duration) (*clientv3.Client, error) {
 	endpoints := cfg.Endpoints
 	client, err := clientv3.New(cfg)
@@ -427,7 +415,11 @@ func connectEtcd(ctx context.Context, log *slog.Logger, cfg clientv3.Config, tim
 	deadline := start.Add(timeout)
 	for {
 		attemptCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err = client.Get(attemptCtx, "/concord-start-probe")
+		// Serializable: a member answers without a leader, so a start
+		// during an election or without quorum goes on (the start-up
+		// steps wait for etcd, /readyz failing, and the process stays up);
+		// an endpoint where no etcd answers is a configuration to fix.
+		_, err = client.Get(attemptCtx, "/concord-start-probe", clientv3.WithSerializable())
 		cancel()
 		if err == nil {
 			return client, nil

@@ -200,7 +200,7 @@ func TestRunOverTLSEtcdShutsDownInOrder(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 		code, body = get(t, base+"/readyz?verbose")
 	}
-	if code != 200 || body != "[+]ping ok\n[+]etcd ok\n[+]poststarthook/crd-informer-synced ok\n[+]shutdown ok\nreadyz check passed\n" {
+	if code != 200 || body != "[+]ping ok\n[+]etcd ok\n[+]poststarthook/start-system-namespaces-controller ok\n[+]poststarthook/crd-informer-synced ok\n[+]shutdown ok\nreadyz check passed\n" {
 		t.Fatalf("GET /readyz?verbose = %d %q; want 200 with every check ok", code, body)
 	}
 	resp, err := http.Post(base+"/api/v1/namespaces/default/configmaps", "application/json", strings.NewReader(`{"metadata":{"name":"tls"}}`))
@@ -251,7 +251,7 @@ func TestRunOverTLSEtcdShutsDownInOrder(t *testing.T) {
 	for {
 		code, body := get(t, base+"/readyz")
 		if code == http.StatusInternalServerError {
-			if want := "[+]ping ok\n[+]etcd ok\n[+]poststarthook/crd-informer-synced ok\n[-]shutdown failed: reason withheld\nreadyz check failed\n"; body != want {
+			if want := "[+]ping ok\n[+]etcd ok\n[+]poststarthook/start-system-namespaces-controller ok\n[+]poststarthook/crd-informer-synced ok\n[-]shutdown failed: reason withheld\nreadyz check failed\n"; body != want {
 				t.Errorf("shutting down: GET /readyz = %q; want %q", body, want)
 			}
 			break
