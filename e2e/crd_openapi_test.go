@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -250,22 +251,34 @@ func TestKubectlExplainCustomResources(t *testing.T) {
 	step("5-delete-crd", func(t *testing.T) {
 		run(t, "delete", "crd", "widgets.example.com")
 		k.waitGone(t, "the widgets", "/apis/example.com/v1/namespaces/default/widgets")
-		code, body := k.httpCode(t, "/openapi/v3")
-		var index struct {
-			Paths map[string]json.RawMessage `json:"paths"`
-		}
-		if code != http.StatusOK || json.Unmarshal(body, &index) != nil {
-			t.Fatalf("GET /openapi/v3: %d %s", code, body)
-		}
-		if _, ok := index.Paths["apis/example.com/v1"]; ok || index.Paths["api/v1"] == nil {
-			t.Errorf("/openapi/v3 after the CRD's deletion lists %s; want api/v1 and no apis/example.com/v1", body)
-		}
-		if code, _ := k.httpCode(t, "/openapi/v3/apis/example.com/v1"); code != http.StatusNotFound {
-			t.Errorf("GET /openapi/v3/apis/example.com/v1 after the CRD's deletion: %d; want 404", code)
-		}
-		code, body = k.httpCode(t, "/openapi/v2")
-		if code != http.StatusOK || bytes.Contains(body, []byte("com.example.v1.Widget")) || bytes.Contains(body, []byte("/apis/example.com/")) || !bytes.Contains(body, []byte("io.k8s.api.core.v1.ConfigMap")) {
-			t.Errorf("/openapi/v2 after the CRD's deletion: %d, still has Widget %v", code, bytes.Contains(body, []byte("com.example.v1.Widget")))
+		// The resource is gone at once; its OpenAPI follows as the
+		// replica applies the deletion, as kube-apiserver's controller.
+		var problems []string
+		for deadline := time.Now().Add(kubectlPollWait); ; time.Sleep(kubectlPoll) {
+			problems = problems[:0]
+			code, body := k.httpCode(t, "/openapi/v3")
+			var index struct {
+				Paths map[string]json.RawMessage `json:"paths"`
+			}
+			if code != http.StatusOK || json.Unmarshal(body, &index) != nil {
+				t.Fatalf("GET /openapi/v3: %d %s", code, body)
+			}
+			if _, ok := index.Paths["apis/example.com/v1"]; ok || index.Paths["api/v1"] == nil {
+				problems = append(problems, fmt.Sprintf("/openapi/v3 lists %s; want api/v1 and no apis/example.com/v1", body))
+			}
+			if code, _ := k.httpCode(t, "/openapi/v3/apis/example.com/v1"); code != http.StatusNotFound {
+				problems = append(problems, fmt.Sprintf("GET /openapi/v3/apis/example.com/v1: %d; want 404", code))
+			}
+			code, body = k.httpCode(t, "/openapi/v2")
+			if code != http.StatusOK || bytes.Contains(body, []byte("com.example.v1.Widget")) || bytes.Contains(body, []byte("/apis/example.com/")) || !bytes.Contains(body, []byte("io.k8s.api.core.v1.ConfigMap")) {
+				problems = append(problems, fmt.Sprintf("/openapi/v2: %d, still has Widget %v", code, bytes.Contains(body, []byte("com.example.v1.Widget"))))
+			}
+			if len(problems) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s after the CRD's deletion:\n%s", kubectlPollWait, strings.Join(problems, "\n"))
+			}
 		}
 		if _, errOut := fail(t, "explain", "widgets"); !strings.Contains(errOut, "widgets") {
 			t.Errorf("kubectl explain widgets after the CRD's deletion: %s", errOut)
