@@ -297,7 +297,7 @@ func (m *Monitor) Member(avoid []int) (int, *clientv3.Client, func(overtaken boo
 	}
 	m.nextRead = (best + 1) % len(m.members)
 	m.members[best].reads++
-	call := &memberCall{i: best}
+	call := &memberCall{i: best, sent: time.Now()}
 	call.timer = time.AfterFunc(m.stallAfter, func() { m.stalled(call) })
 	return best, m.probes[best], func(overtaken bool) { m.callDone(call, overtaken) }
 }
@@ -305,6 +305,7 @@ func (m *Monitor) Member(avoid []int) (int, *clientv3.Client, func(overtaken boo
 // memberCall is one request out on a member's connection (Member).
 type memberCall struct {
 	i       int
+	sent    time.Time
 	timer   *time.Timer
 	late    bool // counted in the member's stalls
 	settled bool
@@ -342,11 +343,12 @@ func (m *Monitor) callDone(call *memberCall, overtaken bool) {
 	call.settled = true
 	st := &m.members[call.i]
 	st.reads--
-	if !call.late {
-		return
+	if call.late {
+		st.stalls--
 	}
-	st.stalls--
-	if overtaken && st.healthy && !m.closed {
+	// By the clock, not the timer: a copy sent at the hedge delay may
+	// answer before the stall timer of this one ran.
+	if overtaken && time.Since(call.sent) >= m.stallAfter && st.healthy && !m.closed {
 		st.healthy = false
 		st.err = fmt.Errorf("a request was not answered within %s while another member answered it: %w", m.stallAfter, ErrUnavailable)
 		m.routeLocked()

@@ -85,7 +85,8 @@ func allHealthy(m *etcdstore.Monitor) bool {
 // the hedge delay (500ms), correctly; the old store waited for the whole
 // etcd request timeout (10s here). A create is sent once, never again
 // (hedge.go), so it answers in time only once a request found the member
-// silent: the create case reads three times first, as traffic does.
+// silent: the create case reads three times first, as traffic does, and
+// waits until the monitor took the member out.
 func TestRequestsPassAFrozenMember(t *testing.T) {
 	const requestTimeout = 10 * time.Second
 	ns := func(name string) etcdstore.Ref {
@@ -139,6 +140,13 @@ func TestRequestsPassAFrozenMember(t *testing.T) {
 			for i := 0; n == 0 && i < 3; i++ {
 				if _, err := m.store.Get(ctx, ns("read"), 0); err != nil {
 					return fmt.Errorf("the reads before the creates: %w", err)
+				}
+			}
+			// The copy a read left on the frozen member ends, and takes it
+			// out, just after the read's answer.
+			for deadline := time.Now().Add(5 * time.Second); n == 0 && allHealthy(m.monitor); time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					return fmt.Errorf("the reads before the creates did not find the frozen member: %+v", m.monitor.Endpoints())
 				}
 			}
 			name := fmt.Sprintf("create-%d", n)
