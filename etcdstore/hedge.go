@@ -29,7 +29,7 @@ import (
 // picks (avoiding one already stalled), and never again.
 const (
 	// DefaultHedgeDelay: a request not answered within it is sent again to
-	// another member (Options.HedgeDelay). A request takes milliseconds
+	// another member. A request takes milliseconds
 	// from a member that answers; this is what a frozen one adds.
 	DefaultHedgeDelay = 500 * time.Millisecond
 	// hedgeCopies bounds the copies of one request: enough to get past a
@@ -76,7 +76,7 @@ func hedge[T any](ctx context.Context, s *Store, copies int, call func(context.C
 	}
 	send()
 	out := 1
-	again := time.NewTimer(s.hedgeDelay)
+	again := time.NewTimer(DefaultHedgeDelay)
 	defer again.Stop()
 	var got []answer[T]
 	for {
@@ -94,7 +94,7 @@ func hedge[T any](ctx context.Context, s *Store, copies int, call func(context.C
 			if len(tried) < copies {
 				send()
 				out++
-				again.Reset(s.hedgeDelay)
+				again.Reset(DefaultHedgeDelay)
 			}
 		}
 	}

@@ -74,8 +74,7 @@ type Store struct {
 	// bump: resource → the key every write of it puts (Options.Bump).
 	bump map[string]Ref
 	// monitor, when set, picks the member of each request (Options.Monitor).
-	monitor    *Monitor
-	hedgeDelay time.Duration
+	monitor *Monitor
 }
 
 // Options tune a Store; the zero value is what New gives.
@@ -105,10 +104,6 @@ type Options struct {
 	// own connection, so that a request sent again goes to another member
 	// than the one that did not answer (hedge.go).
 	Monitor *Monitor
-	// HedgeDelay: with a Monitor, a read, update or delete not answered
-	// within it is sent again to another member (see hedge.go); 0 means
-	// DefaultHedgeDelay.
-	HedgeDelay time.Duration
 }
 
 // New returns a Store that keeps its keys under prefix (for example
@@ -120,15 +115,14 @@ func New(client *clientv3.Client, prefix string) *Store {
 // NewWithOptions is New with per-request timeouts and metrics.
 func NewWithOptions(client *clientv3.Client, prefix string, opts Options) *Store {
 	return &Store{
-		kv:         kubernetes.Client{Client: client},
-		prefix:     "/" + strings.Trim(prefix, "/"),
-		timeout:    opts.RequestTimeout,
-		metrics:    opts.Metrics,
-		ttl:        opts.TTL,
-		bump:       opts.Bump,
-		monitor:    opts.Monitor,
-		hedgeDelay: orDefault(opts.HedgeDelay, DefaultHedgeDelay),
-		leases:     newLeaseManager(client),
+		kv:      kubernetes.Client{Client: client},
+		prefix:  "/" + strings.Trim(prefix, "/"),
+		timeout: opts.RequestTimeout,
+		metrics: opts.Metrics,
+		ttl:     opts.TTL,
+		bump:    opts.Bump,
+		monitor: opts.Monitor,
+		leases:  newLeaseManager(client),
 	}
 }
 
