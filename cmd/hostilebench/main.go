@@ -220,7 +220,7 @@ func hostileRequest(kind, url string, cfg config) func(*http.Client) int {
 
 // probeReadyz asks /readyz every second, as a load balancer would, with
 // a 2 s timeout, until stop is closed: how many probes, and why those that
-// failed did (their code, or no answer).
+// failed did (their code and failed checks, or no answer).
 func probeReadyz(url string, stop <-chan struct{}) (probes int, failed map[string]int) {
 	failed = map[string]int{}
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{}}
@@ -233,17 +233,33 @@ func probeReadyz(url string, stop <-chan struct{}) (probes int, failed map[strin
 		case <-tick.C:
 		}
 		probes++
-		resp, err := client.Get(url + "/readyz")
+		resp, err := client.Get(url + "/readyz?verbose")
 		if err != nil {
 			failed["no answer"]++
 			continue
 		}
-		_, _ = io.Copy(io.Discard, resp.Body)
+		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
-			failed[strconv.Itoa(resp.StatusCode)]++
+			failed[strconv.Itoa(resp.StatusCode)+failedChecks(string(body))]++
 		}
 	}
+}
+
+// failedChecks names the checks a /readyz?verbose body says failed
+// ("[-]etcd failed: …"), as " (etcd)"; empty when it names none.
+func failedChecks(body string) string {
+	var names []string
+	for line := range strings.SplitSeq(body, "\n") {
+		if rest, ok := strings.CutPrefix(line, "[-]"); ok {
+			name, _, _ := strings.Cut(rest, " ")
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(names, ",") + ")"
 }
 
 // procStatus is a field of /proc/<pid>/status in bytes (VmRSS, VmHWM).
