@@ -194,19 +194,49 @@ func (m *Monitor) run(i int, probed func()) {
 	}
 }
 
-// probe sends member i a linearizable read and records the outcome.
+// probe sends member i a linearizable read and records the outcome. A
+// member that has not answered within the probe timeout is taken out of
+// the routing then, but its answer is awaited up to ReadyWithin: an
+// answer, however late, shows etcd works (a replica starved of CPU gets
+// its answers late, and /readyz must not fail for that), while a member
+// that stopped answering sends none.
 func (m *Monitor) probe(i int) {
 	sent := time.Now()
 	m.mu.Lock()
 	m.members[i].sent = sent
 	m.mu.Unlock()
-	ctx, cancel := context.WithTimeout(m.probes[i].Ctx(), m.timeout)
-	_, err := m.probes[i].Get(clientv3.WithRequireLeader(ctx), m.key, clientv3.WithCountOnly())
-	cancel()
-	if err != nil {
-		err = storeError("probe", m.key, err)
+	ctx, cancel := context.WithTimeout(m.probes[i].Ctx(), max(m.timeout, m.readyWithin))
+	defer cancel()
+	answered := make(chan error, 1)
+	go func() {
+		_, err := m.probes[i].Get(clientv3.WithRequireLeader(ctx), m.key, clientv3.WithCountOnly())
+		if err != nil {
+			err = storeError("probe", m.key, err)
+		}
+		answered <- err
+	}()
+	late := time.NewTimer(m.timeout)
+	defer late.Stop()
+	select {
+	case err := <-answered:
+		m.record(i, sent, err)
+		return
+	case <-late.C:
+		m.record(i, sent, storeError("probe", m.key, context.DeadlineExceeded))
 	}
-	m.record(i, sent, err)
+	if err := <-answered; err == nil {
+		m.answeredLate(sent)
+	}
+}
+
+// answeredLate records a probe sent at sent that succeeded after the
+// probe timeout: evidence for Check, not for the routing.
+func (m *Monitor) answeredLate(sent time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if sent.After(m.lastOK) {
+		m.lastOK = sent
+	}
 }
 
 func (m *Monitor) record(i int, sent time.Time, err error) {

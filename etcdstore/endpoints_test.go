@@ -297,6 +297,39 @@ func TestMonitorOneEndpoint(t *testing.T) {
 	}
 }
 
+// TestMonitorCountsLateAnswers: a member that answers every probe after
+// the probe timeout but within ReadyWithin (a replica starved of CPU, a
+// slow disk) keeps Check passing: etcd works, only late.
+func TestMonitorCountsLateAnswers(t *testing.T) {
+	e := etcdtest.Start(t)
+	proxy := etcdtest.StartProxy(t, e.Endpoint)
+	cfg := clientv3.Config{Endpoints: []string{proxy.URL}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+	client, err := clientv3.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	m, err := etcdstore.StartMonitor(client, etcdstore.MonitorConfig{
+		Client: cfg, Prefix: "registry",
+		ProbeInterval: 50 * time.Millisecond, ProbeTimeout: 100 * time.Millisecond, ReadyWithin: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	if err := m.Check(t.Context()); err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+	proxy.SetDelay(150 * time.Millisecond) // each way: a probe is answered in about 300ms
+	slowed := time.Now()
+	for time.Since(slowed) < 3*time.Second {
+		if err := m.Check(t.Context()); err != nil {
+			t.Fatalf("Check %s after every answer became late: %v", time.Since(slowed).Round(time.Millisecond), err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func TestMonitorNeedsEndpoints(t *testing.T) {
 	if _, err := etcdstore.StartMonitor(nil, etcdstore.MonitorConfig{}); err == nil {
 		t.Errorf("StartMonitor without endpoints: no error")

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // Proxy forwards TCP connections to an etcd member; frozen, it keeps every
@@ -18,6 +19,8 @@ type Proxy struct {
 
 	// Chunks counts what it forwarded, either way.
 	Chunks atomic.Int64
+	// delay holds each chunk this long before forwarding it (SetDelay).
+	delay atomic.Int64
 
 	mu     sync.Mutex
 	frozen bool
@@ -74,6 +77,7 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 		n, err := src.Read(buf)
 		if n > 0 {
 			p.wait()
+			time.Sleep(time.Duration(p.delay.Load()))
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}
@@ -94,6 +98,10 @@ func (p *Proxy) wait() {
 		<-thawed
 	}
 }
+
+// SetDelay holds every chunk d before forwarding it, as a slow member or
+// a starved replica answers: late, but it answers.
+func (p *Proxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
 
 // Freeze stops forwarding, keeping the connections open.
 func (p *Proxy) Freeze() {
