@@ -84,29 +84,9 @@ func TestGarbageCollectorFailover(t *testing.T) {
 		t.Fatalf("re-own readopted: %v", err)
 	}
 
-	lease := func() string {
-		l, err := client.CoordinationV1().Leases("kube-system").Get(ctx, "concord-garbage-collector", metav1.GetOptions{})
-		if err != nil || l.Spec.HolderIdentity == nil {
-			return ""
-		}
-		return *l.Spec.HolderIdentity
-	}
-	holderOf := func(identity string) *proc {
-		for _, p := range procs {
-			if p.running() && identity != "" && strings.Contains(p.log(), identity) {
-				return p
-			}
-		}
-		return nil
-	}
-	var holder *proc
-	waitFor(t, "a replica holding the collector's Lease", 30*time.Second, func() string {
-		if holder = holderOf(lease()); holder == nil {
-			return "no holder yet"
-		}
-		return ""
-	})
-	first := lease()
+	lease := func() string { return collectorLeaseHolder(ctx, client) }
+	holderOf := func(identity string) *proc { return procOf(procs, identity) }
+	first, holder := waitForCollectorLeader(t, lease, holderOf)
 	// From now on, talk to a replica that survives.
 	for _, p := range procs {
 		if p != holder {
@@ -165,4 +145,38 @@ func TestGarbageCollectorFailover(t *testing.T) {
 	if _, err := cms.Get(ctx, "owner", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("owner: %v; want NotFound", err)
 	}
+}
+
+// collectorLeaseHolder is the identity holding the garbage collector's
+// Lease ("" when none does or the Lease cannot be read).
+func collectorLeaseHolder(ctx context.Context, client kubernetes.Interface) string {
+	l, err := client.CoordinationV1().Leases("kube-system").Get(ctx, "concord-garbage-collector", metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+// procOf is the running replica whose log names identity, or nil.
+func procOf(procs []*proc, identity string) *proc {
+	for _, p := range procs {
+		if p.running() && identity != "" && strings.Contains(p.log(), identity) {
+			return p
+		}
+	}
+	return nil
+}
+
+// waitForCollectorLeader waits until a running replica holds the
+// collector's Lease, and returns its identity and that replica.
+func waitForCollectorLeader(t *testing.T, lease func() string, holderOf func(string) *proc) (string, *proc) {
+	t.Helper()
+	var holder *proc
+	waitFor(t, "a replica holding the collector's Lease", 30*time.Second, func() string {
+		if holder = holderOf(lease()); holder == nil {
+			return "no holder yet"
+		}
+		return ""
+	})
+	return lease(), holder
 }

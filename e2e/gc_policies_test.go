@@ -57,30 +57,10 @@ func TestGarbageCollectionPoliciesAcrossFailover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 
-	leases := clientOf(procs[0]).CoordinationV1()
-	lease := func() string {
-		l, err := leases.Leases("kube-system").Get(ctx, "concord-garbage-collector", metav1.GetOptions{})
-		if err != nil || l.Spec.HolderIdentity == nil {
-			return ""
-		}
-		return *l.Spec.HolderIdentity
-	}
-	holderOf := func(identity string) *proc {
-		for _, p := range procs {
-			if p.running() && identity != "" && strings.Contains(p.log(), identity) {
-				return p
-			}
-		}
-		return nil
-	}
-	var holder *proc
-	waitFor(t, "a replica holding the collector's Lease", 30*time.Second, func() string {
-		if holder = holderOf(lease()); holder == nil {
-			return "no holder yet"
-		}
-		return ""
-	})
-	first := lease()
+	leaseClient := clientOf(procs[0])
+	lease := func() string { return collectorLeaseHolder(ctx, leaseClient) }
+	holderOf := func(identity string) *proc { return procOf(procs, identity) }
+	first, holder := waitForCollectorLeader(t, lease, holderOf)
 	// Every request goes through the other two: the collector's graph is
 	// fed by its watches only, as for writes through other replicas.
 	var clients []*kubernetes.Clientset
@@ -89,7 +69,7 @@ func TestGarbageCollectionPoliciesAcrossFailover(t *testing.T) {
 			clients = append(clients, clientOf(p))
 		}
 	}
-	leases = clients[0].CoordinationV1()
+	leaseClient = clients[0]
 
 	// Every deletion of a test object, by name, at its etcd revision.
 	deletedAt := watchDeletions(ctx, t, etcd.Client)
