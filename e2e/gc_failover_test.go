@@ -30,18 +30,8 @@ func TestGarbageCollectorFailover(t *testing.T) {
 		leaseDuration = 3 * time.Second
 	)
 	etcd := etcdtest.Start(t)
-	var procs []*proc
-	for i := range 3 {
-		procs = append(procs, startConcord(t, fmt.Sprintf("replica %c", 'A'+i), t.TempDir(), "--etcd-servers", etcd.Endpoint,
-			"--leader-elect-lease-duration", leaseDuration.String(), "--leader-elect-renew-deadline", "2s", "--leader-elect-retry-period", "500ms"))
-	}
-	clientOf := func(p *proc) *kubernetes.Clientset {
-		client, err := kubernetes.NewForConfig(&rest.Config{Host: p.url, Timeout: requestTimeout, QPS: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return client
-	}
+	procs := startElectingReplicas(t, etcd.Endpoint, leaseDuration)
+	clientOf := func(p *proc) *kubernetes.Clientset { return replicaClient(t, p) }
 	client := clientOf(procs[0])
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
@@ -179,4 +169,27 @@ func waitForCollectorLeader(t *testing.T, lease func() string, holderOf func(str
 		return ""
 	})
 	return lease(), holder
+}
+
+// startElectingReplicas starts three replicas on one etcd whose
+// controllers' Leases last leaseDuration, so that a takeover after a kill
+// comes within seconds.
+func startElectingReplicas(t *testing.T, etcdEndpoint string, leaseDuration time.Duration) []*proc {
+	t.Helper()
+	var procs []*proc
+	for i := range 3 {
+		procs = append(procs, startConcord(t, fmt.Sprintf("replica %c", 'A'+i), t.TempDir(), "--etcd-servers", etcdEndpoint,
+			"--leader-elect-lease-duration", leaseDuration.String(), "--leader-elect-renew-deadline", "2s", "--leader-elect-retry-period", "500ms"))
+	}
+	return procs
+}
+
+// replicaClient is a client-go clientset of replica p, unthrottled.
+func replicaClient(t *testing.T, p *proc) *kubernetes.Clientset {
+	t.Helper()
+	client, err := kubernetes.NewForConfig(&rest.Config{Host: p.url, Timeout: requestTimeout, QPS: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client
 }

@@ -16,7 +16,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/concord-dev/concord/etcdstore/etcdtest"
 )
@@ -42,18 +41,8 @@ func TestGarbageCollectionPoliciesAcrossFailover(t *testing.T) {
 	)
 	policies := []metav1.DeletionPropagation{metav1.DeletePropagationOrphan, metav1.DeletePropagationBackground, metav1.DeletePropagationForeground}
 	etcd := etcdtest.Start(t)
-	var procs []*proc
-	for i := range 3 {
-		procs = append(procs, startConcord(t, fmt.Sprintf("replica %c", 'A'+i), t.TempDir(), "--etcd-servers", etcd.Endpoint,
-			"--leader-elect-lease-duration", leaseDuration.String(), "--leader-elect-renew-deadline", "2s", "--leader-elect-retry-period", "500ms"))
-	}
-	clientOf := func(p *proc) *kubernetes.Clientset {
-		client, err := kubernetes.NewForConfig(&rest.Config{Host: p.url, Timeout: requestTimeout, QPS: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return client
-	}
+	procs := startElectingReplicas(t, etcd.Endpoint, leaseDuration)
+	clientOf := func(p *proc) *kubernetes.Clientset { return replicaClient(t, p) }
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 
