@@ -26,14 +26,14 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/concord-dev/concord/apiserver"
-	"github.com/concord-dev/concord/crdcleanup"
 	"github.com/concord-dev/concord/crdserving"
-	"github.com/concord-dev/concord/crdstatus"
 	"github.com/concord-dev/concord/etcdstore"
 	"github.com/concord-dev/concord/etcdstore/etcdtest"
 	"github.com/concord-dev/concord/internal/syncbuf"
-	"github.com/concord-dev/concord/namespacecontroller"
 	"github.com/concord-dev/concord/registry"
+	"github.com/concord-dev/concord/registry/controller/crdcleanup"
+	"github.com/concord-dev/concord/registry/controller/crdstatus"
+	namespacecontroller "github.com/concord-dev/concord/registry/controller/namespace"
 )
 
 // startConcord runs Concord's handler on a loopback HTTP server over a real

@@ -17,8 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/concord-dev/concord/apiserver/filters"
-	"github.com/concord-dev/concord/leaderelect"
 	"github.com/concord-dev/concord/registry"
+	"github.com/concord-dev/concord/registry/controller/leaderelect"
 	"github.com/concord-dev/concord/registry/encryption"
 )
 

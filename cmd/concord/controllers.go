@@ -8,8 +8,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/concord-dev/concord/leaderelect"
 	"github.com/concord-dev/concord/registry"
+	"github.com/concord-dev/concord/registry/controller/leaderelect"
 )
 
 // elector runs controllers that must run on one replica at a time, each

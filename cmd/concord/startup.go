@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/concord-dev/concord/apiserver"
-	"github.com/concord-dev/concord/garbagecollector"
-	"github.com/concord-dev/concord/namespacecontroller"
 	"github.com/concord-dev/concord/registry"
-	"github.com/concord-dev/concord/sacontroller"
+	"github.com/concord-dev/concord/registry/controller/garbagecollector"
+	namespacecontroller "github.com/concord-dev/concord/registry/controller/namespace"
+	sacontroller "github.com/concord-dev/concord/registry/controller/serviceaccount"
 )
 
 // Backoff between the attempts of a start-up step: doubling from the

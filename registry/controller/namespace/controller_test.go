@@ -1,4 +1,4 @@
-package namespacecontroller_test
+package namespace_test
 
 import (
 	"context"
@@ -19,9 +19,9 @@ import (
 
 	"github.com/concord-dev/concord/etcdstore"
 	"github.com/concord-dev/concord/etcdstore/etcdtest"
-	"github.com/concord-dev/concord/garbagecollector"
-	"github.com/concord-dev/concord/namespacecontroller"
 	"github.com/concord-dev/concord/registry"
+	"github.com/concord-dev/concord/registry/controller/garbagecollector"
+	namespacecontroller "github.com/concord-dev/concord/registry/controller/namespace"
 )
 
 // fixture is a catalog of the built-in stores and example.com/v1 widgets

@@ -1,4 +1,4 @@
-// Package namespacecontroller deletes what is in a namespace being deleted,
+// Package namespace deletes what is in a namespace being deleted,
 // then lets the namespace go, as kube-controller-manager's namespace
 // controller does. A DELETE of a namespace only marks it (deletionTimestamp,
 // phase Terminating; the registry refuses new content from then on); this
@@ -10,7 +10,7 @@
 // namespace when no other finalizer holds it. It is driven by a watch of
 // Namespaces and retries with a bounded back-off while content remains;
 // one replica runs it at a time (a Lease, cmd/concord).
-package namespacecontroller
+package namespace
 
 import (
 	"context"

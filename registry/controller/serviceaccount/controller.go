@@ -1,4 +1,4 @@
-// Package sacontroller gives every namespace a "default" ServiceAccount,
+// Package serviceaccount gives every namespace a "default" ServiceAccount,
 // as kube-controller-manager's ServiceAccounts controller does: it creates
 // the missing one in every active namespace, the existing namespaces at
 // its start included, and creates it again when it is deleted. It never
@@ -6,7 +6,7 @@
 // the store refuses a create in a namespace that started terminating).
 // It is driven by two watches, of Namespaces and of the ServiceAccounts
 // named default; one replica runs it at a time (a Lease, cmd/concord).
-package sacontroller
+package serviceaccount
 
 import (
 	"context"

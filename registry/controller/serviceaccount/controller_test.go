@@ -1,4 +1,4 @@
-package sacontroller_test
+package serviceaccount_test
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"github.com/concord-dev/concord/etcdstore"
 	"github.com/concord-dev/concord/etcdstore/etcdtest"
 	"github.com/concord-dev/concord/registry"
-	"github.com/concord-dev/concord/sacontroller"
+	sacontroller "github.com/concord-dev/concord/registry/controller/serviceaccount"
 )
 
 // TestDefaultServiceAccounts: over a real etcd, the controller creates the
