@@ -19,13 +19,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/concord-dev/concord/apiserver"
-	"github.com/concord-dev/concord/crdserving"
 	"github.com/concord-dev/concord/etcdstore"
 	"github.com/concord-dev/concord/etcdstore/etcdtest"
 	"github.com/concord-dev/concord/registry"
 	"github.com/concord-dev/concord/registry/controller/crdcleanup"
 	"github.com/concord-dev/concord/registry/controller/crdstatus"
 	namespacecontroller "github.com/concord-dev/concord/registry/controller/namespace"
+	"github.com/concord-dev/concord/registry/crdserving"
 )
 
 // testServer is Concord's handler on a real loopback HTTP server over a

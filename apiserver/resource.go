@@ -17,8 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/concord-dev/concord/apiserver/authentication/serviceaccount"
 	"github.com/concord-dev/concord/registry"
-	"github.com/concord-dev/concord/serviceaccount"
 )
 
 // resourceHandler serves one request to a resource's collection or item

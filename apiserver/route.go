@@ -4,8 +4,8 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/concord-dev/concord/apiserver/authentication/serviceaccount"
 	"github.com/concord-dev/concord/registry"
-	"github.com/concord-dev/concord/serviceaccount"
 )
 
 // resourceRoute is where a resource path leads: the store serving the

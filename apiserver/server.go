@@ -22,9 +22,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/concord-dev/concord/apiserver/authentication/serviceaccount"
 	"github.com/concord-dev/concord/apiserver/filters"
 	"github.com/concord-dev/concord/registry"
-	"github.com/concord-dev/concord/serviceaccount"
 )
 
 // Config configures the API handler.

@@ -31,11 +31,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/concord-dev/concord/apiserver"
+	"github.com/concord-dev/concord/apiserver/authentication/serviceaccount"
 	"github.com/concord-dev/concord/apiserver/filters"
 	"github.com/concord-dev/concord/etcdstore"
 	"github.com/concord-dev/concord/etcdstore/etcdtest"
 	"github.com/concord-dev/concord/registry"
-	"github.com/concord-dev/concord/serviceaccount"
 )
 
 const testIssuer = "https://concord.test"

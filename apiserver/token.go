@@ -8,8 +8,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/concord-dev/concord/apiserver/authentication/serviceaccount"
 	"github.com/concord-dev/concord/registry"
-	"github.com/concord-dev/concord/serviceaccount"
 )
 
 // The token subresource of ServiceAccounts: POST

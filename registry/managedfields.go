@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/structured-merge-diff/v6/typed"
 
 	"github.com/concord-dev/concord/etcdstore"
-	"github.com/concord-dev/concord/internal/openapidefs"
+	"github.com/concord-dev/concord/registry/openapidefs"
 )
 
 // managedFields are tracked as kube-apiserver 1.37 tracks them, by its own

@@ -24,8 +24,8 @@ import (
 	"k8s.io/kube-openapi/pkg/util"
 	"k8s.io/kube-openapi/pkg/validation/spec"
 
-	"github.com/concord-dev/concord/internal/openapidefs"
 	"github.com/concord-dev/concord/registry"
+	"github.com/concord-dev/concord/registry/openapidefs"
 )
 
 // Specs are the OpenAPI documents of a set of resources.

@@ -26,7 +26,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/concord-dev/concord/apiserver"
-	"github.com/concord-dev/concord/crdserving"
 	"github.com/concord-dev/concord/etcdstore"
 	"github.com/concord-dev/concord/etcdstore/etcdtest"
 	"github.com/concord-dev/concord/internal/syncbuf"
@@ -34,6 +33,7 @@ import (
 	"github.com/concord-dev/concord/registry/controller/crdcleanup"
 	"github.com/concord-dev/concord/registry/controller/crdstatus"
 	namespacecontroller "github.com/concord-dev/concord/registry/controller/namespace"
+	"github.com/concord-dev/concord/registry/crdserving"
 )
 
 // startConcord runs Concord's handler on a loopback HTTP server over a real

@@ -24,11 +24,11 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/concord-dev/concord/apiserver"
-	"github.com/concord-dev/concord/crdserving"
 	"github.com/concord-dev/concord/etcdstore"
 	"github.com/concord-dev/concord/registry"
 	"github.com/concord-dev/concord/registry/controller/crdcleanup"
 	"github.com/concord-dev/concord/registry/controller/crdstatus"
+	"github.com/concord-dev/concord/registry/crdserving"
 )
 
 // run serves until ctx is cancelled, then shuts down in order:

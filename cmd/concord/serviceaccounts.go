@@ -16,8 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/concord-dev/concord/apiserver/authentication/serviceaccount"
 	"github.com/concord-dev/concord/registry"
-	"github.com/concord-dev/concord/serviceaccount"
 )
 
 // ServiceAccountConfig is how ServiceAccount tokens are issued and

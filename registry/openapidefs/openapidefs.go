@@ -19,7 +19,7 @@ import (
 	"k8s.io/kube-openapi/pkg/util"
 	"k8s.io/kube-openapi/pkg/validation/spec"
 
-	"github.com/concord-dev/concord/internal/openapidefs/generated"
+	"github.com/concord-dev/concord/registry/openapidefs/generated"
 )
 
 // Definitions are the generated definitions, keyed by model name.
