@@ -37,7 +37,7 @@ func (s *Store) Apply(ctx context.Context, namespace, name string, patch []byte,
 		}
 		out, err := m.Apply(live, applied.DeepCopy(), opts.FieldManager, opts.Force)
 		if err != nil {
-			return nil, applyStatus(err)
+			return nil, s.applyStatus(err, applied)
 		}
 		obj, ok := out.(Object)
 		if !ok {

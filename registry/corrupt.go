@@ -312,7 +312,7 @@ func (s *Store) deleteCorrupt(ctx context.Context, namespace, name string, conds
 	for range maxWriteAttempts {
 		stored, err := s.storage.Get(ctx, ref, 0)
 		if err != nil {
-			return nil, toStatus(err, gr, name)
+			return nil, StatusError(err, gr, name)
 		}
 		_, err = s.decode(key, stored)
 		if err == nil {
@@ -336,7 +336,7 @@ func (s *Store) deleteCorrupt(ctx context.Context, namespace, name string, conds
 				continue // written meanwhile: look at it again
 			}
 			if err != nil {
-				return nil, toStatus(err, gr, name)
+				return nil, StatusError(err, gr, name)
 			}
 			s.recent.drop(s.recentKey(namespace, name), delRev)
 		}

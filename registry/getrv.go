@@ -30,17 +30,17 @@ func (s *Store) AwaitResourceVersion(ctx context.Context, resourceVersion string
 		// Each poll reads etcd again: not the request's first revision.
 		current, err := s.revisions.readShared(ctx)
 		if err != nil {
-			return toStatus(err, s.Resource.GroupResource(), "")
+			return StatusError(err, s.Resource.GroupResource(), "")
 		}
 		if current >= want {
 			return nil
 		}
 		if time.Now().Add(resourceVersionPoll).After(deadline) {
-			return tooLargeResourceVersion(want, current)
+			return StatusError(&resourceVersionTooLargeError{want: want, current: current}, s.Resource.GroupResource(), "")
 		}
 		select {
 		case <-ctx.Done():
-			return toStatus(ctx.Err(), s.Resource.GroupResource(), "")
+			return StatusError(ctx.Err(), s.Resource.GroupResource(), "")
 		case <-time.After(resourceVersionPoll):
 		}
 	}

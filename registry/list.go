@@ -27,9 +27,6 @@ import (
 // whose selector skips objects (kube-apiserver's value).
 const maxPageSize = 10000
 
-// continueExpiredMsg is kube-apiserver's message for a compacted continue.
-const continueExpiredMsg = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list."
-
 // defaultSelectableFields are the fields a fieldSelector may name for a
 // resource that declares none (kube's ObjectMetaFieldsSet).
 var defaultSelectableFields = []string{"metadata.name", "metadata.namespace"}
@@ -97,12 +94,6 @@ func parseResourceVersion(rv string) (int64, error) {
 		return 0, apierrors.NewBadRequest(fmt.Sprintf("invalid resourceVersion %q: send a value read from the server unchanged", rv))
 	}
 	return n, nil
-}
-
-func tooLargeResourceVersion(want, current int64) *apierrors.StatusError {
-	err := apierrors.NewTimeoutError(fmt.Sprintf("Too large resource version: %d, current: %d", want, current), 1)
-	err.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: metav1.CauseTypeResourceVersionTooLarge, Message: "Too large resource version"}}
-	return err
 }
 
 // List reads the objects of namespace (all namespaces when empty) as one
@@ -217,7 +208,7 @@ func (s *Store) listPages(ctx context.Context, namespace string, opts *metainter
 		fromCache = false
 		if readRev == 0 {
 			if page.Revision < minRev {
-				return 0, "", nil, tooLargeResourceVersion(minRev, page.Revision)
+				return 0, "", nil, StatusError(&resourceVersionTooLargeError{want: minRev, current: page.Revision}, s.Resource.GroupResource(), "")
 			}
 			readRev = page.Revision // every further page reads the same snapshot
 		}
@@ -308,23 +299,23 @@ func (s *Store) pageObject(page *listPage, namespace string, i int) (key, listKe
 	return s.Resource.storagePrefix() + "/" + stored.Key, listKey, stored, cached
 }
 
-// listError is where a list's storage errors become Status errors.
+// listError is the Status of a list's page that could not be read from
+// storage: what StatusError needs to answer a compacted continue token,
+// and etcd's current revision when the list asked for a newer one.
 func (s *Store) listError(ctx context.Context, err error, opts *metainternalversion.ListOptions, start string, rv int64) error {
-	switch {
-	case errors.Is(err, etcdstore.ErrCompacted) && opts.Continue != "":
-		st := apierrors.NewResourceExpired(continueExpiredMsg)
-		st.ErrStatus.ListMeta.Continue = encodeContinue(start, -1)
-		return st
-	case errors.Is(err, etcdstore.ErrCompacted):
-		return apierrors.NewResourceExpired("The resourceVersion for the provided list is too old.")
-	case errors.Is(err, etcdstore.ErrFutureRevision):
+	gr := s.Resource.GroupResource()
+	if errors.Is(err, etcdstore.ErrFutureRevision) {
 		current, curErr := s.storage.List(ctx, s.Resource.storagePrefix(), "", etcdstore.ListOptions{Limit: 1})
 		if curErr != nil {
-			return toStatus(curErr, s.Resource.GroupResource(), "")
+			return StatusError(curErr, gr, "")
 		}
-		return tooLargeResourceVersion(rv, current.Revision)
+		return StatusError(&resourceVersionTooLargeError{want: rv, current: current.Revision}, gr, "")
 	}
-	return toStatus(err, s.Resource.GroupResource(), "")
+	page := &listError{err: err}
+	if opts.Continue != "" {
+		page.continueFrom = encodeContinue(start, -1)
+	}
+	return StatusError(page, gr, "")
 }
 
 func (s *Store) newList(items []runtime.Object, rev int64, token string, remaining *int64) (runtime.Object, error) {

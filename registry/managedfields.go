@@ -39,6 +39,8 @@ const ServerFieldManager = "kube-apiserver"
 // scale subresource's merges autoscaling/v1 Scales (scale_managedfields.go).
 type fieldManagers struct {
 	main, status, scale, finalize *managedfields.FieldManager
+	// types is what they all type objects by (applyStatus).
+	types managedfields.TypeConverter
 }
 
 // mergeTypes are what a resource's field managers merge and convert
@@ -78,7 +80,7 @@ func newFieldManagers(res *Resource) (*fieldManagers, error) {
 		}
 		return m, nil
 	}
-	m := &fieldManagers{}
+	m := &fieldManagers{types: t.converter}
 	var err error
 	if m.main, err = build("", res.ResetFields); err != nil {
 		return nil, err

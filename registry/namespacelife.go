@@ -30,7 +30,7 @@ func (s *Store) createIn(ctx context.Context, namespace, name string, value []by
 			return 0, apierrors.NewAlreadyExists(gr, name)
 		}
 		if !errors.Is(err, etcdstore.ErrNotFound) {
-			return 0, toStatus(err, gr, name)
+			return 0, StatusError(err, gr, name)
 		}
 	}
 	if !s.Resource.Namespaced {
@@ -39,7 +39,7 @@ func (s *Store) createIn(ctx context.Context, namespace, name string, value []by
 		}
 		rev, err := s.storage.Create(ctx, s.ref("", name), value)
 		if err != nil {
-			return 0, toStatus(err, gr, name)
+			return 0, StatusError(err, gr, name)
 		}
 		return rev, nil
 	}
@@ -49,7 +49,7 @@ func (s *Store) createIn(ctx context.Context, namespace, name string, value []by
 		// it is stale, the guarded transaction fails and etcd is read.
 		stored, obj, remembered, err := s.namespaces.readForWrite(ctx, "", namespace, attempt == 0)
 		if err != nil {
-			return 0, toStatus(err, Namespaces.GroupResource(), namespace)
+			return 0, StatusError(err, Namespaces.GroupResource(), namespace)
 		}
 		if ns := obj.(*corev1.Namespace); ns.Status.Phase == corev1.NamespaceTerminating || ns.DeletionTimestamp != nil {
 			if remembered {
@@ -65,7 +65,7 @@ func (s *Store) createIn(ctx context.Context, namespace, name string, value []by
 			continue // the namespace changed: look at it again
 		}
 		if err != nil {
-			return 0, toStatus(err, gr, name)
+			return 0, StatusError(err, gr, name)
 		}
 		return rev, nil
 	}
@@ -106,7 +106,7 @@ func (s *Store) deleteNamespace(ctx context.Context, name string, opts *metav1.D
 		// write or an unknown outcome; any other is decided again from etcd.
 		stored, shared, remembered, err := s.readForWrite(ctx, "", name, attempt == 0 && !conds.DryRun)
 		if err != nil {
-			return nil, toStatus(err, gr, name)
+			return nil, StatusError(err, gr, name)
 		}
 		var out runtime.Object
 		var wrote bool

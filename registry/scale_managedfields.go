@@ -61,7 +61,7 @@ func (s *Store) ApplyScale(parent Object, current *autoscalingv1.Scale, patch []
 	}
 	out, err := m.Apply(live, applied, opts.FieldManager, opts.Force)
 	if err != nil {
-		return nil, nil, applyStatus(err)
+		return nil, nil, s.applyStatus(err, applied)
 	}
 	next, ok := out.(*autoscalingv1.Scale)
 	if !ok {

@@ -152,7 +152,7 @@ func (s *Store) Get(ctx context.Context, namespace, name string) (Object, error)
 func (s *Store) GetFromStorage(ctx context.Context, namespace, name string) (Object, error) {
 	stored, err := s.storage.Get(ctx, s.ref(namespace, name), 0)
 	if err != nil {
-		return nil, toStatus(err, s.Resource.GroupResource(), name)
+		return nil, StatusError(err, s.Resource.GroupResource(), name)
 	}
 	return s.got(namespace, name, stored, nil)
 }
@@ -197,7 +197,7 @@ func (s *Store) read(ctx context.Context, namespace, name string) (stored etcdst
 		}
 		e, ok, err := s.cache.get(ctx, key)
 		if err != nil {
-			return etcdstore.Object{}, nil, toStatus(err, s.Resource.GroupResource(), name)
+			return etcdstore.Object{}, nil, StatusError(err, s.Resource.GroupResource(), name)
 		}
 		if ok && e == nil {
 			return etcdstore.Object{}, nil, apierrors.NewNotFound(s.Resource.GroupResource(), name)
@@ -208,7 +208,7 @@ func (s *Store) read(ctx context.Context, namespace, name string) (stored etcdst
 	}
 	stored, err := s.storage.Get(ctx, s.ref(namespace, name), 0)
 	if err != nil {
-		return etcdstore.Object{}, nil, toStatus(err, s.Resource.GroupResource(), name)
+		return etcdstore.Object{}, nil, StatusError(err, s.Resource.GroupResource(), name)
 	}
 	return stored, nil, nil
 }
@@ -218,7 +218,7 @@ func (s *Store) read(ctx context.Context, namespace, name string) (stored etcdst
 func (s *Store) Count(ctx context.Context) (int64, error) {
 	n, err := s.storage.Count(ctx, s.Resource.storagePrefix())
 	if err != nil {
-		return 0, toStatus(err, s.Resource.GroupResource(), "")
+		return 0, StatusError(err, s.Resource.GroupResource(), "")
 	}
 	return n, nil
 }
@@ -454,7 +454,7 @@ func (s *Store) replace(ctx context.Context, namespace, name string, opts WriteO
 			return out, err == nil, err
 		}
 		if err != nil {
-			return nil, false, toStatus(err, gr, name)
+			return nil, false, StatusError(err, gr, name)
 		}
 		out, wrote, err := s.replaceFrom(ctx, namespace, name, opts, build, stored, old)
 		if errors.Is(err, errRaced) || (remembered && !wrote && !isOutcomeUnknown(err)) {
@@ -549,7 +549,7 @@ func (s *Store) writeError(err error, name string) error {
 	if errors.Is(err, etcdstore.ErrConflict) {
 		return errRaced
 	}
-	return toStatus(err, s.Resource.GroupResource(), name)
+	return StatusError(err, s.Resource.GroupResource(), name)
 }
 
 // recentKey is how an object is known in s.recent.
@@ -648,7 +648,7 @@ func (s *Store) Delete(ctx context.Context, namespace, name string, opts *metav1
 		// write or an unknown outcome; any other is decided again from etcd.
 		stored, shared, remembered, err := s.readForWrite(ctx, namespace, name, attempt == 0 && !conds.DryRun)
 		if err != nil {
-			return nil, toStatus(err, gr, name)
+			return nil, StatusError(err, gr, name)
 		}
 		out, wrote, err := s.deleteFrom(ctx, namespace, name, opts, conds, stored, shared)
 		if errors.Is(err, errRaced) || (remembered && !wrote && !isOutcomeUnknown(err)) {

@@ -114,7 +114,7 @@ func (s *Store) versionRequired(obj, stored Object) error {
 func (s *Store) versionRequiredOf(ctx context.Context, namespace, name string, obj Object, missingIsNotFound bool) error {
 	if missingIsNotFound {
 		if _, _, err := s.read(ctx, namespace, name); err != nil {
-			return toStatus(err, s.Resource.GroupResource(), name)
+			return StatusError(err, s.Resource.GroupResource(), name)
 		}
 	}
 	return s.versionRequired(obj, nil)

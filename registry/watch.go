@@ -15,10 +15,6 @@ import (
 	"github.com/concord-dev/concord/etcdstore"
 )
 
-// watchExpiredMsg is kube-apiserver's message when etcd no longer has the
-// history a watch asks for.
-const watchExpiredMsg = "The resourceVersion for the provided watch is too old."
-
 // Watch is one client's stream of changes, made by Store.Watch and consumed
 // by Run.
 type Watch struct {
@@ -80,17 +76,17 @@ func (s *Store) Watch(ctx context.Context, namespace string, opts *metainternalv
 		return nil, err
 	}
 	if err := s.watch.ensureRunning(ctx); err != nil {
-		return nil, s.watchError(err)
+		return nil, StatusError(err, s.Resource.GroupResource(), "")
 	}
 	w := &Watch{store: s, namespace: namespace, filter: f, bookmarks: opts.AllowWatchBookmarks}
 	switch {
 	case opts.SendInitialEvents != nil && *opts.SendInitialEvents:
 		res, err := s.storage.List(ctx, s.Resource.storagePrefix(), namespace, etcdstore.ListOptions{})
 		if err != nil {
-			return nil, s.watchError(err)
+			return nil, StatusError(err, s.Resource.GroupResource(), "")
 		}
 		if res.Revision < rv {
-			return nil, tooLargeResourceVersion(rv, res.Revision)
+			return nil, StatusError(&resourceVersionTooLargeError{want: rv, current: res.Revision}, s.Resource.GroupResource(), "")
 		}
 		bad := s.newCorruptItems(f)
 		for _, stored := range res.Objects {
@@ -111,7 +107,7 @@ func (s *Store) Watch(ctx context.Context, namespace string, opts *metainternalv
 		w.from, w.initialEnd = res.Revision, opts.AllowWatchBookmarks
 	case rv == 0: // sendInitialEvents=false: start at the most recent revision
 		if w.from, err = s.storage.CurrentRevision(ctx); err != nil {
-			return nil, s.watchError(err)
+			return nil, StatusError(err, s.Resource.GroupResource(), "")
 		}
 	default:
 		w.from = rv
@@ -122,18 +118,11 @@ func (s *Store) Watch(ctx context.Context, namespace string, opts *metainternalv
 		dctx, cancel := context.WithCancel(ctx)
 		if w.direct, err = s.storage.Watch(dctx, s.Resource.storagePrefix(), w.from, etcdstore.WatchOptions{PrevValues: true}); err != nil {
 			cancel()
-			return nil, s.watchError(err)
+			return nil, StatusError(err, s.Resource.GroupResource(), "")
 		}
 		w.cancel = cancel
 	}
 	return w, nil
-}
-
-func (s *Store) watchError(err error) error {
-	if errors.Is(err, errWatchStopped) {
-		return newServiceUnavailable("the server is shutting down; watch again on another replica")
-	}
-	return toStatus(err, s.Resource.GroupResource(), "")
 }
 
 // Run sends the watch's events to send, in revision order, until ctx ends,
@@ -266,11 +255,8 @@ func (w *Watch) runDirect(ctx context.Context, send SendFunc) error {
 				return nil
 			}
 			if resp.Err != nil {
-				st := apierrors.NewInternalError(errors.New("the watch of the store failed; watch again"))
-				if errors.Is(resp.Err, etcdstore.ErrCompacted) {
-					st = apierrors.NewResourceExpired(watchExpiredMsg)
-				}
-				status := st.Status()
+				// StatusError makes every end of a stream a Status.
+				status := StatusError(&watchEndedError{resp.Err}, w.store.Resource.GroupResource(), "").(apierrors.APIStatus).Status()
 				return send(watch.Event{Type: watch.Error, Object: &status}, nil)
 			}
 			for _, ev := range resp.Events {

@@ -7,7 +7,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
-	"github.com/concord-dev/concord/etcdstore"
+	"github.com/concord-dev/concord/registry"
 )
 
 // Fence is how an authorizer that allowed a write on a view of its policy
@@ -21,7 +21,7 @@ import (
 type Fence struct {
 	mu    sync.Mutex
 	state fenceState
-	guard *etcdstore.Guard
+	guard *registry.FenceGuard
 	// settled: the decision needs no confirming (a guarded write landed,
 	// its outcome is unknown, or it was decided again on a current view).
 	settled bool
@@ -59,8 +59,8 @@ func Fencing(ctx context.Context) (f *Fence, fast bool) {
 	return f, f.state == fenceFast
 }
 
-// Offer makes g the guard of the request's writes.
-func (f *Fence) Offer(g etcdstore.Guard) {
+// Offer makes g the guard of the request's writes (registry.RBACGuard).
+func (f *Fence) Offer(g registry.FenceGuard) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.state != fenceClosed {
@@ -69,8 +69,8 @@ func (f *Fence) Offer(g etcdstore.Guard) {
 }
 
 // FenceOf is the fence of the request of ctx when its writes must carry a
-// guard; nil otherwise.
-func FenceOf(ctx context.Context) *Fence {
+// guard; nil otherwise. It is what registry.FencedStorage is given.
+func FenceOf(ctx context.Context) registry.Fence {
 	f, _ := ctx.Value(fenceKey{}).(*Fence)
 	if f == nil {
 		return nil
@@ -85,11 +85,11 @@ func FenceOf(ctx context.Context) *Fence {
 
 // Guard is the guard to add to the request's next write; false when none is
 // needed (the decision was made again by an authorizer without one).
-func (f *Fence) Guard() (etcdstore.Guard, bool) {
+func (f *Fence) Guard() (registry.FenceGuard, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.guard == nil {
-		return etcdstore.Guard{}, false
+		return registry.FenceGuard{}, false
 	}
 	return *f.guard, true
 }

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/concord-dev/concord/apiserver"
+	"github.com/concord-dev/concord/apiserver/filters"
 	"github.com/concord-dev/concord/etcdstore"
 	"github.com/concord-dev/concord/registry"
 	"github.com/concord-dev/concord/registry/controller/crdcleanup"
@@ -141,7 +142,7 @@ func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 		Monitor: monitor,
 	})
 	// Writes allowed by RBAC without waiting carry its guard (filters.Fence).
-	fenced := registry.FencedStorage(store)
+	fenced := registry.FencedStorage(store, filters.FenceOf)
 	storeOpts := []registry.StoreOption{registry.WithEncryption(encryptAtRest), registry.WithUnconditionalUpdate(unconditional)}
 	if !cfg.WatchCache {
 		storeOpts = append(storeOpts, registry.WithoutReadCache())

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"slices"
 	"strconv"
 	"sync"
@@ -580,12 +579,8 @@ func terminating(gr schema.GroupResource) error {
 }
 
 // changed refuses a write checked against generation of the CRD name, which
-// changed since (how).
+// changed since (how): nothing was written, the client sends it again.
 func changed(name string, generation int64, how string) error {
-	return &apierrors.StatusError{ErrStatus: metav1.Status{
-		Status: metav1.StatusFailure, Code: http.StatusServiceUnavailable, Reason: metav1.StatusReasonServiceUnavailable,
-		Message: fmt.Sprintf("customresourcedefinition %q changed while the write was checked against generation %d (it %s); nothing was written: send it again",
-			name, generation, how),
-		Details: &metav1.StatusDetails{RetryAfterSeconds: 1},
-	}}
+	return &registry.RetryError{Message: fmt.Sprintf("customresourcedefinition %q changed while the write was checked against generation %d (it %s); nothing was written: send it again",
+		name, generation, how)}
 }

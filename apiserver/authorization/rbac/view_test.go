@@ -56,7 +56,7 @@ func startReplicaWith(t *testing.T, e *etcdtest.Etcd, wrap func(registry.Storage
 		writes = wrap(writes)
 	}
 	byRes := map[*registry.Resource]*registry.Store{}
-	for _, s := range registry.NewStores(registry.FencedStorage(writes), registry.DefaultWatchConfig()) {
+	for _, s := range registry.NewStores(registry.FencedStorage(writes, filters.FenceOf), registry.DefaultWatchConfig()) {
 		t.Cleanup(s.StopWatches)
 		byRes[s.Resource] = s
 	}
