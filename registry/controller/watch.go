@@ -25,6 +25,9 @@ const DefaultRewatchDelay = 500 * time.Millisecond
 // T (a concrete type such as *corev1.Namespace, or registry.Object for
 // any). Nil funcs are skipped.
 type Handler[T any] struct {
+	// Opened is called each time the watch opens, before its first
+	// object: a handler that keeps state of one opening starts it anew.
+	Opened func(ctx context.Context) error
 	// Event is called for each object present when the watch opens (type
 	// Added, initial true) and then for every change (Added, Modified,
 	// Deleted; initial false). A Deleted event carries the object's last
@@ -83,6 +86,12 @@ func WatchOnce[T any](ctx context.Context, store *registry.Store, h Handler[T]) 
 	})
 	if err != nil {
 		return fmt.Errorf("watch %s: %w", store.Resource.GroupResource(), err)
+	}
+	if h.Opened != nil {
+		if err := h.Opened(ctx); err != nil {
+			w.Stop()
+			return err
+		}
 	}
 	initial := true
 	return w.Run(ctx, func(ev watch.Event, _ *registry.Encodings) error {
