@@ -1,4 +1,7 @@
-package rbac
+// Package clusterroleaggregation fills the rules of the ClusterRoles with
+// an aggregationRule, as kube-controller-manager's clusterrole-aggregation
+// controller does (Aggregator). Evaluating RBAC is apiserver/authorization/rbac's.
+package clusterroleaggregation
 
 import (
 	"context"
