@@ -7,6 +7,7 @@ import (
 
 	"github.com/concord-dev/concord/apiserver/authorization/rbac"
 	"github.com/concord-dev/concord/registry"
+	"github.com/concord-dev/concord/registry/controller/clusterroleaggregation"
 )
 
 // startAuthorization builds the authorizer chain of --authorization-mode.
@@ -34,7 +35,7 @@ func startAuthorization(ctx context.Context, sec *serving, catalog *registry.Cat
 		if err := rbac.Bootstrap(stepCtx, src.ClusterRoles, src.ClusterRoleBindings, log); err != nil {
 			return fmt.Errorf("reconcile the default RBAC roles and bindings: %w", err)
 		}
-		elect.run(ctx, "concord-clusterrole-aggregation", rbac.NewAggregator(src.ClusterRoles, log.With("controller", "clusterrole-aggregation")).Run)
+		elect.run(ctx, "concord-clusterrole-aggregation", clusterroleaggregation.NewAggregator(src.ClusterRoles, log.With("controller", "clusterrole-aggregation")).Run)
 		return nil
 	}
 }

@@ -82,22 +82,3 @@ func TestBootstrapKeepsEdits(t *testing.T) {
 		t.Errorf("cluster-admin binding: %+v", b.Subjects)
 	}
 }
-
-// TestAggregate: kube's order (roles by name, rules once), the role itself
-// left out.
-func TestAggregate(t *testing.T) {
-	r1 := rbacv1.PolicyRule{Verbs: []string{"get"}, APIGroups: []string{""}, Resources: []string{"pods"}}
-	r2 := rbacv1.PolicyRule{Verbs: []string{"list"}, APIGroups: []string{""}, Resources: []string{"pods"}}
-	label := map[string]string{aggregateToView: "true"}
-	agg := &rbacv1.ClusterRole{AggregationRule: aggregated(aggregateToView)}
-	agg.Name, agg.Labels = "view", label
-	b := clusterRole("b", r2, r1)
-	b.Labels = label
-	a := clusterRole("a", r1)
-	a.Labels = label
-	other := clusterRole("c", rbacv1.PolicyRule{Verbs: []string{"*"}})
-	got := Aggregate(agg, []*rbacv1.ClusterRole{a, agg, b, other})
-	if !equality.Semantic.DeepEqual(got, []rbacv1.PolicyRule{r1, r2}) {
-		t.Errorf("Aggregate = %+v; want [get pods, list pods]", got)
-	}
-}

@@ -17,11 +17,10 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/concord-dev/concord/registry"
+	"github.com/concord-dev/concord/registry/controller"
 )
 
 // rewatchDelay is the pause before the CRD watch is opened again.
@@ -43,63 +42,40 @@ func New(crds *registry.Store, log *slog.Logger) *Controller {
 
 // Run works until ctx ends.
 func (c *Controller) Run(ctx context.Context) {
-	for ctx.Err() == nil {
-		if err := c.watchOnce(ctx); err != nil && ctx.Err() == nil {
-			c.log.Warn("CRD status: watch of CustomResourceDefinitions ended; watching again", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(rewatchDelay):
-		}
-	}
-}
-
-func (c *Controller) watchOnce(ctx context.Context) error {
-	yes := true
-	w, err := c.crds.Watch(ctx, "", &metainternalversion.ListOptions{Watch: true, SendInitialEvents: &yes, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan, AllowWatchBookmarks: true})
-	if err != nil {
-		return err
-	}
-	c.known = map[string]*apiextensionsv1.CustomResourceDefinition{}
 	var pending []string // CRDs seen in the initial events, decided after them
-	initial := true
-	return w.Run(ctx, func(ev watch.Event, _ *registry.Encodings) error {
-		switch ev.Type {
-		case watch.Bookmark:
-			if initial {
-				initial = false
-				for _, name := range pending {
-					c.sync(ctx, name)
+	controller.Watch(ctx, c.crds, controller.WatchOptions{Name: "CRD status", Log: c.log, RewatchDelay: rewatchDelay}, controller.Handler[*apiextensionsv1.CustomResourceDefinition]{
+		Opened: func(context.Context) error {
+			c.known = map[string]*apiextensionsv1.CustomResourceDefinition{}
+			pending = nil
+			return nil
+		},
+		Event: func(ctx context.Context, typ watch.EventType, crd *apiextensionsv1.CustomResourceDefinition, initial bool) error {
+			switch typ {
+			case watch.Added, watch.Modified:
+				c.known[crd.Name] = crd
+				if initial {
+					pending = append(pending, crd.Name)
+					return nil
 				}
-				pending = nil
-			}
-		case watch.Added, watch.Modified:
-			crd, ok := ev.Object.(*apiextensionsv1.CustomResourceDefinition)
-			if !ok {
-				return fmt.Errorf("watch of CRDs sent a %T", ev.Object)
-			}
-			c.known[crd.Name] = crd
-			if initial {
-				pending = append(pending, crd.Name)
-				return nil
-			}
-			c.sync(ctx, crd.Name)
-		case watch.Deleted:
-			crd, ok := ev.Object.(*apiextensionsv1.CustomResourceDefinition)
-			if !ok {
-				return fmt.Errorf("watch of CRDs sent a %T", ev.Object)
-			}
-			delete(c.known, crd.Name)
-			// A name it held may free another CRD of its group.
-			for name, other := range c.known {
-				if other.Spec.Group == crd.Spec.Group {
-					c.sync(ctx, name)
+				c.sync(ctx, crd.Name)
+			case watch.Deleted:
+				delete(c.known, crd.Name)
+				// A name it held may free another CRD of its group.
+				for name, other := range c.known {
+					if other.Spec.Group == crd.Spec.Group {
+						c.sync(ctx, name)
+					}
 				}
 			}
-		case watch.Error:
-			return fmt.Errorf("watch of CRDs: %v", apierrors.FromObject(ev.Object))
-		}
-		return nil
+			return nil
+		},
+		Synced: func(ctx context.Context, _ int64) error {
+			for _, name := range pending {
+				c.sync(ctx, name)
+			}
+			pending = nil
+			return nil
+		},
 	})
 }
 

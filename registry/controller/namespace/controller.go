@@ -29,6 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/concord-dev/concord/registry"
+	"github.com/concord-dev/concord/registry/controller"
 )
 
 // fieldManager is who the controller's writes name in managedFields, as
@@ -61,71 +62,25 @@ func New(namespaces *registry.Store, catalog *registry.Catalog, log *slog.Logger
 
 // Run works until ctx ends.
 func (c *Controller) Run(ctx context.Context) {
-	q := newQueue()
-	stop := context.AfterFunc(ctx, q.close)
-	defer stop()
+	q := controller.NewQueue[string](controller.QueueOptions{Name: "namespace controller", Log: c.log, MinRetry: minRetry, MaxRetry: maxRetry})
 	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c.work(ctx, q)
-		}()
-	}
-	for ctx.Err() == nil {
-		if err := c.watchOnce(ctx, q); err != nil && ctx.Err() == nil {
-			c.log.Warn("namespace controller: the watch of namespaces ended; watching again", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(rewatchDelay):
-		}
-	}
-	q.close()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		q.Run(ctx, workers, c.sync)
+	}()
+	// Every namespace from its current state, so a start or restart finds
+	// those left terminating; a namespace not done is looked at again
+	// after its back-off, or sooner when the watch sees it change.
+	controller.Watch(ctx, c.namespaces, controller.WatchOptions{Name: "namespace controller", Log: c.log, RewatchDelay: rewatchDelay}, controller.Handler[*corev1.Namespace]{
+		Event: func(_ context.Context, typ watch.EventType, ns *corev1.Namespace, _ bool) error {
+			if typ != watch.Deleted && ns.DeletionTimestamp != nil {
+				q.Add(ns.Name)
+			}
+			return nil
+		},
+	})
 	wg.Wait()
-}
-
-// watchOnce watches every namespace from its current state (so a start or
-// restart finds those left terminating) and queues each one being deleted,
-// until the watch ends.
-func (c *Controller) watchOnce(ctx context.Context, q *queue) error {
-	yes := true
-	w, err := c.namespaces.Watch(ctx, "", &metainternalversion.ListOptions{
-		Watch: true, SendInitialEvents: &yes, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan,
-	})
-	if err != nil {
-		return fmt.Errorf("watch namespaces: %w", err)
-	}
-	return w.Run(ctx, func(ev watch.Event, _ *registry.Encodings) error {
-		if ns, ok := ev.Object.(*corev1.Namespace); ok && ev.Type != watch.Deleted && ns.DeletionTimestamp != nil {
-			q.add(ns.Name)
-		}
-		return nil
-	})
-}
-
-// work syncs queued namespaces until the queue closes; one not done is
-// looked at again after a back-off that doubles up to maxRetry, or sooner
-// when the watch sees it change.
-func (c *Controller) work(ctx context.Context, q *queue) {
-	for {
-		name, ok := q.next()
-		if !ok {
-			return
-		}
-		done, err := c.sync(ctx, name)
-		switch {
-		case ctx.Err() != nil:
-		case err != nil:
-			c.log.Warn("namespace controller: could not finish deleting a namespace; will retry", "namespace", name, "err", err)
-			q.retry(name)
-		case !done:
-			q.retry(name)
-		default:
-			q.forget(name)
-		}
-		q.done(name)
-	}
 }
 
 // sync works on one namespace: done when it is gone, not being deleted, or
@@ -207,93 +162,4 @@ func (c *Controller) deleteContent(ctx context.Context, namespace string) (remai
 		remaining += meta.LenList(left)
 	}
 	return remaining, errors.Join(errs...)
-}
-
-// queue is a set of namespaces to sync: one queued twice is synced once,
-// and one queued while a worker has it is synced again after.
-type queue struct {
-	mu       sync.Mutex
-	cond     *sync.Cond
-	pending  []string
-	queued   map[string]bool
-	active   map[string]bool
-	dirty    map[string]bool
-	attempts map[string]int
-	closed   bool
-}
-
-func newQueue() *queue {
-	q := &queue{queued: map[string]bool{}, active: map[string]bool{}, dirty: map[string]bool{}, attempts: map[string]int{}}
-	q.cond = sync.NewCond(&q.mu)
-	return q
-}
-
-func (q *queue) add(name string) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	switch {
-	case q.closed || q.queued[name]:
-	case q.active[name]:
-		q.dirty[name] = true
-	default:
-		q.queued[name] = true
-		q.pending = append(q.pending, name)
-		q.cond.Signal()
-	}
-}
-
-// next waits for a namespace to sync; ok is false once the queue closed.
-func (q *queue) next() (_ string, ok bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for len(q.pending) == 0 && !q.closed {
-		q.cond.Wait()
-	}
-	if q.closed {
-		return "", false
-	}
-	name := q.pending[0]
-	q.pending = q.pending[1:]
-	delete(q.queued, name)
-	q.active[name] = true
-	return name, true
-}
-
-// done ends a worker's sync of name; queued meanwhile, it is queued now.
-func (q *queue) done(name string) {
-	q.mu.Lock()
-	delete(q.active, name)
-	again := q.dirty[name]
-	delete(q.dirty, name)
-	q.mu.Unlock()
-	if again {
-		q.add(name)
-	}
-}
-
-// retry queues name again after its next back-off.
-func (q *queue) retry(name string) {
-	q.mu.Lock()
-	n := q.attempts[name]
-	q.attempts[name] = n + 1
-	q.mu.Unlock()
-	delay := maxRetry
-	if n < 10 && minRetry<<n < maxRetry {
-		delay = minRetry << n
-	}
-	time.AfterFunc(delay, func() { q.add(name) })
-}
-
-// forget resets name's back-off.
-func (q *queue) forget(name string) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	delete(q.attempts, name)
-}
-
-func (q *queue) close() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.closed = true
-	q.cond.Broadcast()
 }

@@ -4,8 +4,9 @@
 // its start included, and creates it again when it is deleted. It never
 // writes to a terminating namespace (it checks the namespace's phase, and
 // the store refuses a create in a namespace that started terminating).
-// It is driven by two watches, of Namespaces and of the ServiceAccounts
-// named default; one replica runs it at a time (a Lease, cmd/concord).
+// It is driven by two watches, of Namespaces and of ServiceAccounts (the
+// deletions of those named default); one replica runs it at a time (a
+// Lease, cmd/concord).
 package serviceaccount
 
 import (
@@ -19,10 +20,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/concord-dev/concord/registry"
+	"github.com/concord-dev/concord/registry/controller"
 )
 
 // DefaultName is the ServiceAccount every namespace gets.
@@ -52,82 +53,52 @@ func New(namespaces, serviceAccounts *registry.Store, log *slog.Logger) *Control
 
 // Run works until ctx ends.
 func (c *Controller) Run(ctx context.Context) {
-	q := newQueue()
+	// One worker; a failed namespace is synced again after retryDelay.
+	q := controller.NewQueue[string](controller.QueueOptions{Name: "serviceaccounts controller", Log: c.log, MinRetry: retryDelay, MaxRetry: retryDelay})
+	opts := controller.WatchOptions{Name: "serviceaccounts controller", Log: c.log, RewatchDelay: rewatchDelay}
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		c.work(ctx, q)
+		q.Run(ctx, 1, func(ctx context.Context, namespace string) (bool, error) {
+			return true, c.sync(ctx, namespace)
+		})
 	}()
-	for ctx.Err() == nil {
-		if err := c.watchOnce(ctx, q); err != nil && ctx.Err() == nil {
-			c.log.Warn("serviceaccounts controller: a watch ended; watching again", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(rewatchDelay):
-		}
-	}
+	// Every namespace from its current state (each is queued, so every
+	// start or restart syncs them all), then each one created or changed.
+	go func() {
+		defer wg.Done()
+		controller.Watch(ctx, c.namespaces, opts, controller.Handler[*corev1.Namespace]{
+			Event: func(_ context.Context, typ watch.EventType, ns *corev1.Namespace, _ bool) error {
+				if typ == watch.Added || typ == watch.Modified {
+					q.Add(ns.Name)
+				}
+				return nil
+			},
+		})
+	}()
+	// A deleted default ServiceAccount queues its namespace. One deleted
+	// while no watch of them ran is not seen: every namespace is queued
+	// each time the watch opens.
+	controller.Watch(ctx, c.serviceAccounts, opts, controller.Handler[*corev1.ServiceAccount]{
+		Event: func(_ context.Context, typ watch.EventType, sa *corev1.ServiceAccount, _ bool) error {
+			if typ == watch.Deleted && sa.Name == DefaultName {
+				q.Add(sa.Namespace)
+			}
+			return nil
+		},
+		Synced: func(ctx context.Context, _ int64) error {
+			list, err := c.namespaces.List(ctx, "", &metainternalversion.ListOptions{})
+			if err != nil {
+				return fmt.Errorf("list namespaces: %w", err)
+			}
+			for _, ns := range list.(*corev1.NamespaceList).Items {
+				q.Add(ns.Name)
+			}
+			return nil
+		},
+	})
 	wg.Wait()
-}
-
-// watchOnce watches the default ServiceAccounts (from now: a deletion
-// queues its namespace) and then every namespace (from its current state:
-// each is queued, so every start or restart syncs them all), until one of
-// the watches ends.
-func (c *Controller) watchOnce(ctx context.Context, q *queue) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	no, yes := false, true
-	saWatch, err := c.serviceAccounts.Watch(ctx, "", &metainternalversion.ListOptions{
-		Watch: true, SendInitialEvents: &no, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan,
-		FieldSelector: fields.OneTermEqualSelector("metadata.name", DefaultName),
-	})
-	if err != nil {
-		return fmt.Errorf("watch serviceaccounts: %w", err)
-	}
-	nsWatch, err := c.namespaces.Watch(ctx, "", &metainternalversion.ListOptions{
-		Watch: true, SendInitialEvents: &yes, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan,
-	})
-	if err != nil {
-		return fmt.Errorf("watch namespaces: %w", err)
-	}
-	errs := make(chan error, 2)
-	go func() {
-		errs <- saWatch.Run(ctx, func(ev watch.Event, _ *registry.Encodings) error {
-			if sa, ok := ev.Object.(*corev1.ServiceAccount); ok && ev.Type == watch.Deleted {
-				q.add(sa.Namespace)
-			}
-			return nil
-		})
-	}()
-	go func() {
-		errs <- nsWatch.Run(ctx, func(ev watch.Event, _ *registry.Encodings) error {
-			if ns, ok := ev.Object.(*corev1.Namespace); ok && (ev.Type == watch.Added || ev.Type == watch.Modified) {
-				q.add(ns.Name)
-			}
-			return nil
-		})
-	}()
-	err = <-errs
-	cancel()
-	<-errs
-	return err
-}
-
-// work syncs the queued namespaces one at a time until ctx ends; a failed
-// one is queued again after retryDelay.
-func (c *Controller) work(ctx context.Context, q *queue) {
-	for {
-		name, ok := q.next(ctx)
-		if !ok {
-			return
-		}
-		if err := c.sync(ctx, name); err != nil && ctx.Err() == nil {
-			c.log.Warn("serviceaccounts controller: could not create the default ServiceAccount; will retry", "namespace", name, "err", err)
-			time.AfterFunc(retryDelay, func() { q.add(name) })
-		}
-	}
 }
 
 // sync creates the default ServiceAccount of namespace if it is missing
@@ -161,50 +132,4 @@ func (c *Controller) sync(ctx context.Context, namespace string) error {
 		return nil
 	}
 	return err
-}
-
-// queue is a set of namespaces to sync: one queued twice is synced once.
-type queue struct {
-	mu      sync.Mutex
-	pending []string
-	queued  map[string]bool
-	signal  chan struct{}
-}
-
-func newQueue() *queue {
-	return &queue{queued: map[string]bool{}, signal: make(chan struct{}, 1)}
-}
-
-func (q *queue) add(name string) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.queued[name] {
-		return
-	}
-	q.queued[name] = true
-	q.pending = append(q.pending, name)
-	select {
-	case q.signal <- struct{}{}:
-	default:
-	}
-}
-
-// next waits for a namespace to sync; ok is false when ctx ended.
-func (q *queue) next(ctx context.Context) (string, bool) {
-	for {
-		q.mu.Lock()
-		if len(q.pending) > 0 {
-			name := q.pending[0]
-			q.pending = q.pending[1:]
-			delete(q.queued, name)
-			q.mu.Unlock()
-			return name, true
-		}
-		q.mu.Unlock()
-		select {
-		case <-ctx.Done():
-			return "", false
-		case <-q.signal:
-		}
-	}
 }

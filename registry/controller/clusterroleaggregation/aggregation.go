@@ -1,22 +1,26 @@
-package rbac
+// Package clusterroleaggregation fills the rules of the ClusterRoles with
+// an aggregationRule, as kube-controller-manager's clusterrole-aggregation
+// controller does (Aggregator). Evaluating RBAC is
+// apiserver/authorization/rbac's.
+package clusterroleaggregation
 
 import (
 	"context"
 	"log/slog"
 	"slices"
 	"sort"
+	"sync"
 	"sync/atomic"
-	"time"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/concord-dev/concord/registry"
+	"github.com/concord-dev/concord/registry/controller"
 )
 
 // Aggregator fills the rules of every ClusterRole with an aggregationRule
@@ -40,64 +44,49 @@ func NewAggregator(clusterRoles *registry.Store, log *slog.Logger) *Aggregator {
 
 // Run works until ctx ends.
 func (c *Aggregator) Run(ctx context.Context) {
-	for ctx.Err() == nil {
-		if err := c.watchOnce(ctx); err != nil && ctx.Err() == nil {
-			c.log.Warn("clusterrole aggregation: watch ended; watching again", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-}
-
-func (c *Aggregator) watchOnce(ctx context.Context) error {
-	yes := true
-	w, err := c.clusterRoles.Watch(ctx, "", &metainternalversion.ListOptions{
-		Watch: true, SendInitialEvents: &yes, AllowWatchBookmarks: true, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan,
-	})
-	if err != nil {
-		return err
-	}
-	roles := map[string]*rbacv1.ClusterRole{}
-	synced := false
-	changed := make(chan struct{}, 1)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	done := make(chan error, 1)
+	// One item, a sync of all: changes while it runs make one more after.
+	q := controller.NewQueue[struct{}](controller.QueueOptions{Name: "clusterrole aggregation", Log: c.log})
+	var wg sync.WaitGroup
+	wg.Add(1)
 	go func() {
-		done <- w.Run(ctx, func(ev watch.Event, _ *registry.Encodings) error {
-			switch ev.Type {
-			case watch.Added, watch.Modified:
-				r := ev.Object.(*rbacv1.ClusterRole)
-				roles[r.Name] = r
-			case watch.Deleted:
-				delete(roles, ev.Object.(*rbacv1.ClusterRole).Name)
-			case watch.Bookmark:
-				synced = true // the end of the initial events
-			}
-			if synced {
-				snapshot := make([]*rbacv1.ClusterRole, 0, len(roles))
-				for _, r := range roles {
-					snapshot = append(snapshot, r)
-				}
-				c.latest.Store(&snapshot)
-				select {
-				case changed <- struct{}{}:
-				default:
-				}
-			}
-			return nil
+		defer wg.Done()
+		q.Run(ctx, 1, func(ctx context.Context, _ struct{}) (bool, error) {
+			c.syncAll(ctx)
+			return true, nil
 		})
 	}()
-	for {
-		select {
-		case err := <-done:
-			return err
-		case <-changed:
-			c.syncAll(ctx)
+	var roles map[string]*rbacv1.ClusterRole
+	// publish hands the roles to the syncer, once the initial ones are all
+	// there: after Synced, each change and each bookmark.
+	publish := func(context.Context, int64) error {
+		snapshot := make([]*rbacv1.ClusterRole, 0, len(roles))
+		for _, r := range roles {
+			snapshot = append(snapshot, r)
 		}
+		c.latest.Store(&snapshot)
+		q.Add(struct{}{})
+		return nil
 	}
+	controller.Watch(ctx, c.clusterRoles, controller.WatchOptions{Name: "clusterrole aggregation", Log: c.log}, controller.Handler[*rbacv1.ClusterRole]{
+		Opened: func(context.Context) error {
+			roles = map[string]*rbacv1.ClusterRole{}
+			return nil
+		},
+		Event: func(ctx context.Context, typ watch.EventType, r *rbacv1.ClusterRole, initial bool) error {
+			if typ == watch.Deleted {
+				delete(roles, r.Name)
+			} else {
+				roles[r.Name] = r
+			}
+			if initial {
+				return nil
+			}
+			return publish(ctx, 0)
+		},
+		Synced:   publish,
+		Progress: publish,
+	})
+	wg.Wait()
 }
 
 func (c *Aggregator) syncAll(ctx context.Context) {

@@ -1,4 +1,4 @@
-package rbac
+package clusterroleaggregation
 
 import (
 	"context"
@@ -11,9 +11,27 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/concord-dev/concord/etcdstore"
 	"github.com/concord-dev/concord/etcdstore/etcdtest"
 	"github.com/concord-dev/concord/registry"
 )
+
+// clusterRoles is the ClusterRole store over e.
+func clusterRoles(t *testing.T, e *etcdtest.Etcd) *registry.Store {
+	t.Helper()
+	var roles *registry.Store
+	for _, s := range registry.NewStores(etcdstore.New(e.Client, "/registry"), registry.DefaultWatchConfig()) {
+		t.Cleanup(s.StopWatches)
+		if s.Resource == registry.ClusterRoles {
+			roles = s
+		}
+	}
+	return roles
+}
+
+func clusterRole(name string, rules ...rbacv1.PolicyRule) *rbacv1.ClusterRole {
+	return &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}
+}
 
 // TestAggregatorController: the controller over real etcd keeps an
 // aggregated ClusterRole's rules those of the roles its selectors match, as
@@ -23,7 +41,7 @@ import (
 // labelled, or one is deleted.
 func TestAggregatorController(t *testing.T) {
 	e := etcdtest.Start(t)
-	roles := startReplica(t, e).src.ClusterRoles
+	roles := clusterRoles(t, e)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	go NewAggregator(roles, slog.New(slog.NewTextHandler(io.Discard, nil))).Run(ctx)
@@ -87,4 +105,23 @@ func TestAggregatorController(t *testing.T) {
 	wantRules("after a user edited agg's rules", r5, r4, r3, r1)
 	edit("c-role", func(r *rbacv1.ClusterRole) { r.Labels = nil })
 	wantRules("after c-role lost its label", r5, r4)
+}
+
+// TestAggregate: kube's order (roles by name, rules once), the role itself
+// left out.
+func TestAggregate(t *testing.T) {
+	r1 := rbacv1.PolicyRule{Verbs: []string{"get"}, APIGroups: []string{""}, Resources: []string{"pods"}}
+	r2 := rbacv1.PolicyRule{Verbs: []string{"list"}, APIGroups: []string{""}, Resources: []string{"pods"}}
+	label := map[string]string{"rbac.authorization.k8s.io/aggregate-to-view": "true"}
+	agg := &rbacv1.ClusterRole{AggregationRule: &rbacv1.AggregationRule{ClusterRoleSelectors: []metav1.LabelSelector{{MatchLabels: label}}}}
+	agg.Name, agg.Labels = "view", label
+	b := clusterRole("b", r2, r1)
+	b.Labels = label
+	a := clusterRole("a", r1)
+	a.Labels = label
+	other := clusterRole("c", rbacv1.PolicyRule{Verbs: []string{"*"}})
+	got := Aggregate(agg, []*rbacv1.ClusterRole{a, agg, b, other})
+	if !equality.Semantic.DeepEqual(got, []rbacv1.PolicyRule{r1, r2}) {
+		t.Errorf("Aggregate = %+v; want [get pods, list pods]", got)
+	}
 }

@@ -1,0 +1,182 @@
+package controller_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/concord-dev/concord/etcdstore"
+	"github.com/concord-dev/concord/etcdstore/etcdtest"
+	"github.com/concord-dev/concord/registry"
+	"github.com/concord-dev/concord/registry/controller"
+)
+
+// recorder keeps what a Handler was handed, as lines.
+type recorder struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (r *recorder) add(s string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lines = append(r.lines, s)
+}
+
+func (r *recorder) snapshot() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.lines)
+}
+
+// await waits (10 s at most) until the recorded lines end with want.
+func (r *recorder) await(t *testing.T, want ...string) {
+	t.Helper()
+	var got []string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if got = r.snapshot(); len(got) >= len(want) && slices.Equal(got[len(got)-len(want):], want) {
+			return
+		}
+	}
+	t.Fatalf("handled %q; want it to end with %q", got, want)
+}
+
+// TestWatch: the objects present first, then Synced, then every change; a
+// handler error ends the watch, which opens again from the current state
+// (Synced again, after the objects as they are then).
+func TestWatch(t *testing.T) {
+	e := etcdtest.Start(t)
+	stores := registry.NewStores(etcdstore.New(e.Client, "/registry"), registry.DefaultWatchConfig())
+	catalog := registry.NewCatalog(stores)
+	cms, _ := catalog.Lookup("", "v1", "configmaps")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := registry.EnsureSystemNamespaces(ctx, stores); err != nil {
+		t.Fatal(err)
+	}
+	create := func(name string) {
+		t.Helper()
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}}
+		if _, err := cms.Create(ctx, "default", cm, registry.WriteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create("a")
+	create("b")
+
+	var rec recorder
+	var failOnce atomic.Bool
+	failOnce.Store(true)
+	var synced atomic.Int64
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		controller.Watch(runCtx, cms, controller.WatchOptions{Name: "test", RewatchDelay: 10 * time.Millisecond}, controller.Handler[*corev1.ConfigMap]{
+			Event: func(_ context.Context, typ watch.EventType, cm *corev1.ConfigMap, initial bool) error {
+				if cm.Name == "fail" && failOnce.Swap(false) {
+					return errors.New("handler failed")
+				}
+				prefix := ""
+				if initial {
+					prefix = "initial "
+				}
+				rec.add(prefix + string(typ) + " " + cm.Name)
+				return nil
+			},
+			Synced: func(_ context.Context, rev int64) error {
+				if rev <= 0 {
+					t.Errorf("Synced at revision %d", rev)
+				}
+				synced.Store(rev)
+				rec.add("synced")
+				return nil
+			},
+		})
+	}()
+	rec.await(t, "initial ADDED a", "initial ADDED b", "synced")
+	create("c")
+	rec.await(t, "ADDED c")
+	if _, err := cms.Delete(ctx, "default", "a", &metav1.DeleteOptions{}, registry.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rec.await(t, "DELETED a")
+	// The handler fails on "fail": the watch opens again and hands over
+	// the store as it is now, "fail" included.
+	create("fail")
+	rec.await(t, "initial ADDED b", "initial ADDED c", "initial ADDED fail", "synced")
+	stop()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Watch did not return after its context ended")
+	}
+}
+
+// TestQueue: an item added while queued is worked on once, one not done is
+// worked on again after its back-off, and no two workers hold one item.
+func TestQueue(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	q := controller.NewQueue[string](controller.QueueOptions{Name: "test", MinRetry: time.Millisecond, MaxRetry: 10 * time.Millisecond})
+	var mu sync.Mutex
+	counts := map[string]int{}
+	holding := map[string]bool{}
+	allDone := make(chan struct{})
+	for _, item := range []string{"x", "y", "x", "x", "retry"} {
+		q.Add(item)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		q.Run(runCtx, 4, func(_ context.Context, item string) (bool, error) {
+			mu.Lock()
+			if holding[item] {
+				t.Errorf("two workers hold %q", item)
+			}
+			holding[item] = true
+			counts[item]++
+			n := counts[item]
+			mu.Unlock()
+			time.Sleep(time.Millisecond)
+			mu.Lock()
+			holding[item] = false
+			mu.Unlock()
+			if item == "retry" && n < 3 {
+				if n == 1 {
+					return false, errors.New("failed once")
+				}
+				return false, nil
+			}
+			if item == "retry" {
+				close(allDone)
+			}
+			return true, nil
+		})
+	}()
+	select {
+	case <-allDone:
+	case <-ctx.Done():
+		t.Fatal("the item not done was not worked on again")
+	}
+	stop()
+	select {
+	case <-finished:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if counts["x"] != 1 || counts["y"] != 1 || counts["retry"] != 3 {
+		t.Errorf("worked on %v; want x and y once, retry 3 times", counts)
+	}
+}
