@@ -30,6 +30,13 @@ const RBACStoragePrefix = rbacv1.GroupName
 // object.
 var RBACGeneration = etcdstore.Ref{Resource: RBACStoragePrefix, Name: "generation"}
 
+// RBACGenerationGuard is the guard of a write RBAC allowed on a view whose
+// generation key was at revision (0: no key): etcd refuses the write if the
+// key changed since.
+func RBACGenerationGuard(revision int64) etcdstore.Guard {
+	return etcdstore.Guard{Ref: RBACGeneration, Revision: revision}
+}
+
 // RBACBump is the etcdstore.Options.Bump of the RBAC resources.
 func RBACBump() map[string]etcdstore.Ref {
 	m := map[string]etcdstore.Ref{}

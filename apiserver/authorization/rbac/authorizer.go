@@ -10,7 +10,6 @@ import (
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 
 	"github.com/concord-dev/concord/apiserver/filters"
-	"github.com/concord-dev/concord/etcdstore"
 	"github.com/concord-dev/concord/registry"
 )
 
@@ -46,7 +45,7 @@ func (z *Authorizer) Authorize(ctx context.Context, a filters.Attributes) (filte
 			gen := z.view.gen
 			z.view.mu.RUnlock()
 			if d == filters.Allow {
-				fence.Offer(etcdstore.Guard{Ref: registry.RBACGeneration, Revision: gen})
+				fence.Offer(registry.RBACGenerationGuard(gen))
 				return d, reason, err
 			}
 		} else {
@@ -64,7 +63,7 @@ func (z *Authorizer) Authorize(ctx context.Context, a filters.Attributes) (filte
 	defer z.view.mu.RUnlock()
 	d, reason, err := z.view.idx.decide(a)
 	if d == filters.Allow && fence != nil && !fast {
-		fence.Offer(etcdstore.Guard{Ref: registry.RBACGeneration, Revision: z.view.gen})
+		fence.Offer(registry.RBACGenerationGuard(z.view.gen))
 	}
 	return d, reason, err
 }
