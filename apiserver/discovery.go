@@ -22,8 +22,6 @@ import (
 	"github.com/gorilla/mux"
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -32,6 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/concord-dev/concord/registry"
+	"github.com/concord-dev/concord/registry/controller"
 )
 
 // KubernetesVersion is the Kubernetes API level Concord speaks.
@@ -523,55 +522,37 @@ func (c *crdStates) snapshot() (uint64, map[types.UID]bool) {
 	return c.epoch, c.terminating
 }
 
+// run watches the CRDs from their current state (a watch that ends is
+// opened again, its initial events replacing what was known) until the
+// store's watches stop.
 func (c *crdStates) run() {
-	for !c.store.WatchesStopped() {
-		_ = c.watchOnce() // an error is a watch that ended: watch again
-		if c.store.WatchesStopped() {
-			return
-		}
-		time.Sleep(crdRewatchDelay)
-	}
-}
-
-// watchOnce watches the CRDs from their current state (a watch that ends
-// is opened again, its initial events replacing what was known) until the
-// watch ends.
-func (c *crdStates) watchOnce() error {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	yes := true
-	w, err := c.store.Watch(ctx, "", &metainternalversion.ListOptions{
-		Watch: true, SendInitialEvents: &yes, AllowWatchBookmarks: true,
-		ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan,
-	})
-	if err != nil {
-		return err
-	}
-	initial := map[types.UID]bool{} // until the initial events end
-	return w.Run(ctx, func(ev watch.Event, _ *registry.Encodings) error {
-		switch ev.Type {
-		case watch.Added, watch.Modified, watch.Deleted:
-			crd, ok := ev.Object.(*apiextensionsv1.CustomResourceDefinition)
-			if !ok {
-				return fmt.Errorf("watch of CRDs sent a %T", ev.Object)
-			}
-			terminating := ev.Type != watch.Deleted && registry.CRDTerminating(crd)
-			if initial != nil {
-				if terminating {
-					initial[crd.UID] = true
-				}
+	// initial holds the terminating CRDs of a watch's initial events, until
+	// their end.
+	var initial map[types.UID]bool
+	controller.Watch(context.Background(), c.store, controller.WatchOptions{Name: "discovery", RewatchDelay: crdRewatchDelay}, controller.Handler[*apiextensionsv1.CustomResourceDefinition]{
+		Event: func(_ context.Context, typ watch.EventType, crd *apiextensionsv1.CustomResourceDefinition, isInitial bool) error {
+			terminating := typ != watch.Deleted && registry.CRDTerminating(crd)
+			if !isInitial {
+				c.set(crd.UID, terminating)
 				return nil
 			}
-			c.set(crd.UID, terminating)
-		case watch.Bookmark:
-			if initial != nil {
-				c.replace(initial)
-				initial = nil
+			if initial == nil {
+				initial = map[types.UID]bool{}
 			}
-		case watch.Error:
-			return fmt.Errorf("watch of CRDs: %w", apierrors.FromObject(ev.Object))
-		}
-		return nil
+			if terminating {
+				initial[crd.UID] = true
+			}
+			return nil
+		},
+		Synced: func(context.Context, int64) error {
+			if initial == nil {
+				initial = map[types.UID]bool{}
+			}
+			c.replace(initial)
+			initial = nil
+			return nil
+		},
+		Ended: func(error) { initial = nil },
 	})
 }
 

@@ -25,7 +25,7 @@ const RBACStoragePrefix = rbacv1.GroupName
 // RBACGeneration is the key every write of the four RBAC resources puts in
 // its own etcd transaction (etcdstore.Options.Bump: RBACBump), so that its
 // ModRevision is the revision of the last change to them: a write allowed
-// by RBAC on a view that may be behind is guarded by it (filters.Fence). It
+// by RBAC on a view that may be behind is guarded by it (RBACGuard). It
 // is under RBACStoragePrefix, so the view's watch sees it, and holds no
 // object.
 var RBACGeneration = etcdstore.Ref{Resource: RBACStoragePrefix, Name: "generation"}

@@ -3,7 +3,9 @@ package controller_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -178,5 +180,119 @@ func TestQueue(t *testing.T) {
 	defer mu.Unlock()
 	if counts["x"] != 1 || counts["y"] != 1 || counts["retry"] != 3 {
 		t.Errorf("worked on %v; want x and y once, retry 3 times", counts)
+	}
+}
+
+// TestWatchEnded: Ended is told of every watch that ends, with why, before
+// the next one hands the objects over again.
+func TestWatchEnded(t *testing.T) {
+	e := etcdtest.Start(t)
+	stores := registry.NewStores(etcdstore.New(e.Client, "/registry"), registry.DefaultWatchConfig())
+	cms, _ := registry.NewCatalog(stores).Lookup("", "v1", "configmaps")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var rec recorder
+	var failOnce atomic.Bool
+	failOnce.Store(true)
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		controller.Watch(runCtx, cms, controller.WatchOptions{Name: "test", RewatchDelay: 10 * time.Millisecond}, controller.Handler[*corev1.ConfigMap]{
+			Synced: func(context.Context, int64) error {
+				if failOnce.Swap(false) {
+					return errors.New("handler failed")
+				}
+				rec.add("synced")
+				return nil
+			},
+			Ended: func(err error) { rec.add(fmt.Sprintf("ended: %v", err)) },
+		})
+	}()
+	rec.await(t, "ended: handler failed", "synced")
+	stop()
+	<-done
+	rec.await(t, "ended: <nil>")
+}
+
+// TestWatchPrefix: the keys under a prefix in pages, then Synced at their
+// revision, changes in batches (a deletion's value nil), progress reports
+// asked for, and after a watch ended (Ended) every key again.
+func TestWatchPrefix(t *testing.T) {
+	e := etcdtest.Start(t)
+	storage := etcdstore.New(e.Client, "/registry")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	put := func(name string) int64 {
+		t.Helper()
+		rev, err := storage.Create(ctx, etcdstore.Ref{Resource: "things", Name: name}, []byte("v-"+name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rev
+	}
+	put("a")
+	last := put("b")
+
+	var rec recorder
+	var failOnce atomic.Bool
+	failOnce.Store(true)
+	watches := make(chan *controller.PrefixWatch, 10)
+	var synced atomic.Int64
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		controller.WatchPrefix(runCtx, storage, "things", controller.WatchOptions{Name: "test", RewatchDelay: 10 * time.Millisecond}, controller.PrefixHandler{
+			Event: func(_ context.Context, kvs []controller.KV, initial bool) error {
+				for _, kv := range kvs {
+					if kv.Key == "fail" && failOnce.Swap(false) {
+						return errors.New("handler failed")
+					}
+					prefix := ""
+					if initial {
+						prefix = "initial "
+					}
+					rec.add(fmt.Sprintf("%s%s=%s@%d", prefix, kv.Key, kv.Value, kv.Revision))
+				}
+				return nil
+			},
+			Synced: func(_ context.Context, rev int64, w *controller.PrefixWatch) error {
+				synced.Store(rev)
+				watches <- w
+				rec.add("synced")
+				return nil
+			},
+			Progress: func(_ context.Context, rev int64) error {
+				rec.add(fmt.Sprintf("progress %d", rev))
+				return nil
+			},
+			Ended: func(err error) { rec.add(fmt.Sprintf("ended: %v", err)) },
+		})
+	}()
+	rec.await(t, "initial a=v-a@"+strconv.FormatInt(last-1, 10), "initial b=v-b@"+strconv.FormatInt(last, 10), "synced")
+	if got := synced.Load(); got != last {
+		t.Errorf("Synced at revision %d; want %d", got, last)
+	}
+	c := put("c")
+	rec.await(t, "c=v-c@"+strconv.FormatInt(c, 10))
+	del, err := storage.Delete(ctx, etcdstore.Ref{Resource: "things", Name: "a"}, last-1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.await(t, "a=@"+strconv.FormatInt(del, 10))
+	if err := (<-watches).RequestProgress(); err != nil {
+		t.Fatal(err)
+	}
+	rec.await(t, "progress "+strconv.FormatInt(del, 10))
+	// The handler fails on "fail": every key is read again.
+	f := put("fail")
+	rec.await(t, "ended: handler failed", "initial b=v-b@"+strconv.FormatInt(last, 10), "initial c=v-c@"+strconv.FormatInt(c, 10),
+		"initial fail=v-fail@"+strconv.FormatInt(f, 10), "synced")
+	stop()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("WatchPrefix did not return after its context ended")
 	}
 }

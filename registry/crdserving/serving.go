@@ -19,14 +19,13 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/concord-dev/concord/etcdstore"
 	"github.com/concord-dev/concord/registry"
+	"github.com/concord-dev/concord/registry/controller"
 )
 
 // catchUpWait bounds how long a write to a custom object waits for this
@@ -129,15 +128,37 @@ func New(crds *registry.Store, catalog *registry.Catalog, storage registry.Stora
 // they define; a watch that ends is opened again, from the start, so a
 // replica that missed events (compaction) converges.
 func (s *Server) Run(ctx context.Context) {
-	for ctx.Err() == nil {
-		if err := s.watchOnce(ctx); err != nil && ctx.Err() == nil {
-			s.log.Warn("watch of CustomResourceDefinitions ended; watching again", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(rewatchDelay):
-		}
-	}
+	// seen are the CRDs of a watch's initial events, until their end: the
+	// others are gone.
+	var seen map[string]bool
+	controller.Watch(ctx, s.crds, controller.WatchOptions{Name: "crdserving", Log: s.log, RewatchDelay: rewatchDelay}, controller.Handler[*apiextensionsv1.CustomResourceDefinition]{
+		Event: func(_ context.Context, typ watch.EventType, crd *apiextensionsv1.CustomResourceDefinition, initial bool) error {
+			if typ == watch.Deleted {
+				s.remove(crd.Name, revisionOf(crd.ResourceVersion))
+				return nil
+			}
+			if initial {
+				if seen == nil {
+					seen = map[string]bool{}
+				}
+				seen[crd.Name] = true
+			}
+			s.apply(crd)
+			return nil
+		},
+		Synced: func(_ context.Context, rev int64) error {
+			s.removeAllBut(seen)
+			seen = nil
+			s.advanceTo(rev)
+			s.syncedOnce.Do(func() { close(s.synced) })
+			return nil
+		},
+		Progress: func(_ context.Context, rev int64) error {
+			s.advanceTo(rev)
+			return nil
+		},
+		Ended: func(error) { seen = nil },
+	})
 }
 
 // Synced is closed once the replica serves the custom resources of every
@@ -146,58 +167,9 @@ func (s *Server) Run(ctx context.Context) {
 // request for them before.
 func (s *Server) Synced() <-chan struct{} { return s.synced }
 
-func (s *Server) watchOnce(ctx context.Context) error {
-	yes := true
-	w, err := s.crds.Watch(ctx, "", &metainternalversion.ListOptions{Watch: true, SendInitialEvents: &yes, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan, AllowWatchBookmarks: true})
-	if err != nil {
-		return err
-	}
-	// The initial events end with a bookmark: CRDs not among them are gone.
-	seen := map[string]bool{}
-	initial := true
-	return w.Run(ctx, func(ev watch.Event, _ *registry.Encodings) error {
-		switch ev.Type {
-		case watch.Bookmark:
-			meta, err := metaOf(ev)
-			if err != nil {
-				return err
-			}
-			if initial {
-				s.removeAllBut(seen)
-				initial = false
-			}
-			s.advance(meta)
-			s.syncedOnce.Do(func() { close(s.synced) })
-		case watch.Added, watch.Modified:
-			crd, ok := ev.Object.(*apiextensionsv1.CustomResourceDefinition)
-			if !ok {
-				return fmt.Errorf("watch of CRDs sent a %T", ev.Object)
-			}
-			seen[crd.Name] = true
-			s.apply(crd)
-		case watch.Deleted:
-			crd, ok := ev.Object.(*apiextensionsv1.CustomResourceDefinition)
-			if !ok {
-				return fmt.Errorf("watch of CRDs sent a %T", ev.Object)
-			}
-			s.remove(crd.Name, revisionOf(crd.ResourceVersion))
-		case watch.Error:
-			return fmt.Errorf("watch of CRDs: %v", apierrors.FromObject(ev.Object))
-		}
-		return nil
-	})
-}
-
 func equalNames(a, b apiextensionsv1.CustomResourceDefinitionNames) bool {
 	return a.Plural == b.Plural && a.Singular == b.Singular && a.Kind == b.Kind && a.ListKind == b.ListKind &&
 		slices.Equal(a.ShortNames, b.ShortNames) && slices.Equal(a.Categories, b.Categories)
-}
-
-func metaOf(ev watch.Event) (metav1.Object, error) {
-	if m, ok := ev.Object.(metav1.Object); ok {
-		return m, nil
-	}
-	return nil, fmt.Errorf("watch of CRDs sent a bookmark of %T", ev.Object)
 }
 
 func revisionOf(rv string) int64 {
@@ -351,8 +323,6 @@ func (s *Server) forget(name string, rev int64) {
 	s.mu.Unlock()
 	s.advanceTo(rev)
 }
-
-func (s *Server) advance(meta metav1.Object) { s.advanceTo(revisionOf(meta.GetResourceVersion())) }
 
 // advanceTo records that every CRD change up to rev is applied.
 func (s *Server) advanceTo(rev int64) {

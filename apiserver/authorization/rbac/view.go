@@ -20,17 +20,14 @@ import (
 
 	rbacv1 "k8s.io/api/rbac/v1"
 
-	"github.com/concord-dev/concord/etcdstore"
 	"github.com/concord-dev/concord/registry"
+	"github.com/concord-dev/concord/registry/controller"
 )
 
 // Source is where the view reads from: etcd, through the registry's
 // storage, and the stores of the four resources, which decode their values.
 type Source struct {
-	Storage interface {
-		List(ctx context.Context, resource, namespace string, opts etcdstore.ListOptions) (etcdstore.ListResult, error)
-		Watch(ctx context.Context, resource string, from int64, opts etcdstore.WatchOptions) (*etcdstore.Watch, error)
-	}
+	Storage                                                controller.PrefixStorage
 	Roles, ClusterRoles, RoleBindings, ClusterRoleBindings *registry.Store
 }
 
@@ -47,7 +44,7 @@ type View struct {
 	ready bool
 	rev   int64
 	idx   *index
-	watch *etcdstore.Watch
+	watch *controller.PrefixWatch
 	// advanced is closed (and replaced) whenever rev or ready change.
 	advanced chan struct{}
 	askedAt  time.Time
@@ -57,6 +54,12 @@ type View struct {
 	gen int64
 	// hold, in tests, is called before each watch response is applied.
 	hold func()
+
+	// loading is the index a watch's initial keys are read into, and
+	// loadingGen the generation key's revision among them (the watch's
+	// goroutine only).
+	loading    *index
+	loadingGen int64
 }
 
 // NewView returns a view that serves once Run has loaded it.
@@ -67,95 +70,94 @@ func NewView(src Source, log *slog.Logger) *View {
 // Run loads the objects and applies their changes until ctx ends; a broken
 // watch loads them again (decisions wait meanwhile).
 func (v *View) Run(ctx context.Context) {
-	for ctx.Err() == nil {
-		if err := v.runOnce(ctx); err != nil && ctx.Err() == nil {
-			v.log.Warn("rbac view: watch ended; loading again", "err", err)
-		}
-		v.mu.Lock()
-		v.ready, v.watch = false, nil
-		v.advanceLocked()
-		v.mu.Unlock()
-		select {
-		case <-ctx.Done():
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
+	controller.WatchPrefix(ctx, v.src.Storage, registry.RBACStoragePrefix, controller.WatchOptions{Name: "rbac view", Log: v.log}, controller.PrefixHandler{
+		Event: v.event, Synced: v.synced, Progress: v.progress, Ended: v.ended,
+	})
 }
 
-func (v *View) runOnce(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	idx := newIndex()
-	var rev, gen int64
-	for start := ""; ; {
-		res, err := v.src.Storage.List(ctx, registry.RBACStoragePrefix, "", etcdstore.ListOptions{Revision: rev, Limit: 1000, Start: start})
-		if err != nil {
-			return fmt.Errorf("list: %w", err)
+// event reads the initial keys into a new index, and applies each batch of
+// changes after them at once.
+func (v *View) event(_ context.Context, kvs []controller.KV, initial bool) error {
+	if initial {
+		if v.loading == nil {
+			v.loading = newIndex()
 		}
-		rev = res.Revision
-		for _, o := range res.Objects {
-			if o.Key == generationKey {
-				gen = o.Revision
+		for _, kv := range kvs {
+			if kv.Key == generationKey {
+				v.loadingGen = kv.Revision
 			}
-			if err := v.apply(idx, o.Key, o); err != nil {
-				v.log.Error("rbac view: an object that cannot be read grants nothing", "key", o.Key, "err", err)
+			v.apply(v.loading, kv)
+		}
+		return nil
+	}
+	if v.hold != nil {
+		v.hold()
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, kv := range kvs {
+		if kv.Key == generationKey {
+			v.gen = 0
+			if kv.Value != nil {
+				v.gen = kv.Revision
 			}
 		}
-		if res.Remaining == 0 || len(res.Objects) == 0 {
-			break
+		if kv.Value == nil {
+			v.idx.remove(kv.Key)
+		} else {
+			v.apply(v.idx, kv)
 		}
-		start = res.Objects[len(res.Objects)-1].Key + "\x00"
+		v.rev = kv.Revision
 	}
-	w, err := v.src.Storage.Watch(ctx, registry.RBACStoragePrefix, rev, etcdstore.WatchOptions{})
-	if err != nil {
-		return fmt.Errorf("watch: %w", err)
+	v.advanceLocked()
+	return nil
+}
+
+// synced serves the index the initial keys were read into.
+func (v *View) synced(_ context.Context, rev int64, w *controller.PrefixWatch) error {
+	idx, gen := v.loading, v.loadingGen
+	if idx == nil {
+		idx = newIndex()
 	}
+	v.loading, v.loadingGen = nil, 0
 	v.mu.Lock()
 	v.idx, v.rev, v.gen, v.ready, v.watch = idx, rev, gen, true, w
 	v.advanceLocked()
 	v.mu.Unlock()
-	for resp := range w.C {
-		if resp.Err != nil {
-			return resp.Err
-		}
-		if v.hold != nil {
-			v.hold()
-		}
-		v.mu.Lock()
-		for _, ev := range resp.Events {
-			var err error
-			if ev.Key == generationKey {
-				v.gen = 0
-				if ev.Value != nil {
-					v.gen = ev.Revision
-				}
-			}
-			if ev.Value == nil {
-				v.idx.remove(ev.Key)
-			} else {
-				err = v.apply(v.idx, ev.Key, etcdstore.Object{Key: ev.Key, Value: ev.Value, Revision: ev.Revision})
-			}
-			if err != nil {
-				v.log.Error("rbac view: an object that cannot be read grants nothing", "key", ev.Key, "err", err)
-			}
-			v.rev = ev.Revision
-		}
-		if len(resp.Events) == 0 && resp.Progress > v.rev {
-			v.rev = resp.Progress
-		}
-		v.advanceLocked()
-		v.mu.Unlock()
+	return nil
+}
+
+// progress: every change up to rev is applied.
+func (v *View) progress(_ context.Context, rev int64) error {
+	if v.hold != nil {
+		v.hold()
 	}
-	return errors.New("watch closed")
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if rev > v.rev {
+		v.rev = rev
+	}
+	v.advanceLocked()
+	return nil
+}
+
+// ended: the view is no longer kept current; decisions wait until the next
+// watch has loaded it again.
+func (v *View) ended(error) {
+	v.loading, v.loadingGen = nil, 0
+	v.mu.Lock()
+	v.ready, v.watch = false, nil
+	v.advanceLocked()
+	v.mu.Unlock()
 }
 
 // generationKey is registry.RBACGeneration's key as the view reads it.
 var generationKey = registry.RBACGeneration.Name
 
-// apply decodes the stored value at key (<plural>/<namespace>/<name>) into
-// idx; one that does not decode is removed, so it grants nothing.
-func (v *View) apply(idx *index, key string, o etcdstore.Object) error {
-	plural, rest, _ := strings.Cut(key, "/")
+// apply decodes the stored value at kv's key (<plural>/<namespace>/<name>)
+// into idx; one that does not decode is removed, so it grants nothing.
+func (v *View) apply(idx *index, kv controller.KV) {
+	plural, rest, _ := strings.Cut(kv.Key, "/")
 	var store *registry.Store
 	switch plural {
 	case registry.Roles.Plural:
@@ -167,15 +169,15 @@ func (v *View) apply(idx *index, key string, o etcdstore.Object) error {
 	case registry.ClusterRoleBindings.Plural:
 		store = v.src.ClusterRoleBindings
 	default:
-		return nil
+		return
 	}
-	obj, err := store.Decode(rest, o)
+	obj, err := store.Decode(rest, kv.Object)
 	if err != nil {
-		idx.remove(key)
-		return err
+		idx.remove(kv.Key)
+		v.log.Error("rbac view: an object that cannot be read grants nothing", "key", kv.Key, "err", err)
+		return
 	}
-	idx.put(key, obj)
-	return nil
+	idx.put(kv.Key, obj)
 }
 
 func (v *View) advanceLocked() {
@@ -215,7 +217,7 @@ func (v *View) await(ctx context.Context) error {
 			// A progress report answers for every revision current when
 			// it was asked for: ask only if the last request predates want.
 			v.mu.Lock()
-			var ask *etcdstore.Watch
+			var ask *controller.PrefixWatch
 			if v.askedAt.Before(wantAt) {
 				v.askedAt, ask = time.Now(), v.watch
 			}

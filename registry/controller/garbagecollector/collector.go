@@ -27,15 +27,13 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/util/workqueue"
 
 	"github.com/concord-dev/concord/registry"
+	"github.com/concord-dev/concord/registry/controller"
 )
 
 // FieldManager is who the collector's writes are recorded as, as kube's
@@ -73,8 +71,8 @@ type Collector struct {
 	unknownKinds map[schema.GroupKind]map[types.UID]struct{}
 	// reported are the invalid references an Event was recorded for.
 	reported map[string]bool
-	queue    workqueue.TypedRateLimitingInterface[types.UID]
-	orphans  workqueue.TypedRateLimitingInterface[types.UID]
+	queue    *controller.Queue[types.UID]
+	orphans  *controller.Queue[types.UID]
 
 	// progressMu guards watches, advanced and each monitor's seen and
 	// askedAt (progress.go).
@@ -84,9 +82,9 @@ type Collector struct {
 	advanced chan struct{}
 
 	// Tests' hooks: beforeEvent is called by a watch before it applies an
-	// event (to hold one resource's watch back); awaiting when a decision
-	// starts waiting for watches behind rev.
-	beforeEvent func(ctx context.Context, resource schema.GroupResource, ev watch.Event)
+	// event or a bookmark (to hold one resource's watch back); awaiting
+	// when a decision starts waiting for watches behind rev.
+	beforeEvent func(ctx context.Context, resource schema.GroupResource)
 	awaiting    func(rev int64, behind []schema.GroupResource)
 }
 
@@ -116,14 +114,11 @@ func New(catalog *registry.Catalog, cfg Config, log *slog.Logger) *Collector {
 func (c *Collector) Run(ctx context.Context) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	limiter := func() workqueue.TypedRateLimiter[types.UID] {
-		return workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](5*time.Millisecond, 10*time.Second)
-	}
+	retries := controller.QueueOptions{Name: "garbage collector", Log: c.log, MinRetry: 5 * time.Millisecond, MaxRetry: 10 * time.Second}
 	c.mu.Lock()
 	c.graph, c.absent, c.reported = newGraph(), map[string]bool{}, map[string]bool{}
 	c.unknownKinds = map[schema.GroupKind]map[types.UID]struct{}{}
-	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(limiter(), workqueue.TypedRateLimitingQueueConfig[types.UID]{})
-	c.orphans = workqueue.NewTypedRateLimitingQueueWithConfig(limiter(), workqueue.TypedRateLimitingQueueConfig[types.UID]{})
+	c.queue, c.orphans = controller.NewQueue[types.UID](retries), controller.NewQueue[types.UID](retries)
 	queue, orphans := c.queue, c.orphans
 	c.mu.Unlock()
 	c.progressMu.Lock()
@@ -132,8 +127,6 @@ func (c *Collector) Run(ctx context.Context) {
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	defer orphans.ShutDown()
-	defer queue.ShutDown()
 	defer cancel()
 
 	monitors := map[schema.GroupResource]*monitor{}
@@ -142,15 +135,17 @@ func (c *Collector) Run(ctx context.Context) {
 		select {
 		case <-ch:
 		case <-ctx.Done():
+			// A term that ends before the graph is built shuts its queues
+			// down unworked (Run with no workers).
+			queue.Run(ctx, 0, nil)
+			orphans.Run(ctx, 0, nil)
 			return
 		}
 	}
 	c.log.Info("garbage collector: graph built from every served resource; collecting", "resources", len(monitors))
-	for range c.cfg.Workers {
-		wg.Add(2)
-		go func() { defer wg.Done(); c.work(ctx, queue, c.attemptToDelete) }()
-		go func() { defer wg.Done(); c.work(ctx, orphans, c.attemptToOrphan) }()
-	}
+	wg.Add(2)
+	go func() { defer wg.Done(); queue.Run(ctx, c.cfg.Workers, retried(c.attemptToDelete)) }()
+	go func() { defer wg.Done(); orphans.Run(ctx, c.cfg.Workers, retried(c.attemptToOrphan)) }()
 	for {
 		select {
 		case <-ctx.Done():
@@ -212,75 +207,77 @@ type monitor struct {
 	// synced is closed once the first watch has sent the initial state.
 	synced     chan struct{}
 	syncedOnce sync.Once
+	// initial holds the uids of a watch's initial objects until their end
+	// (the watch's goroutine only).
+	initial map[types.UID]struct{}
 	// seen is the revision the watch has applied every change up to;
 	// askedAt, when etcd was last asked for its progress.
 	seen    int64
 	askedAt time.Time
 }
 
+// run watches from the current state, again whenever the watch ends: each
+// watch's initial events replace what the graph knows of this resource
+// (objects deleted while no watch ran are forgotten as deleted), then
+// every change is applied as it comes.
 func (m *monitor) run(ctx context.Context) {
-	for ctx.Err() == nil && !m.store.WatchesStopped() {
-		if err := m.watchOnce(ctx); err != nil && ctx.Err() == nil {
-			m.c.log.Warn("garbage collector: watch ended; watching again", "resource", m.store.Resource.GroupResource(), "err", err)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(m.c.cfg.RewatchDelay):
-		}
-	}
+	controller.Watch(ctx, m.store, controller.WatchOptions{Name: "garbage collector", Log: m.c.log, RewatchDelay: m.c.cfg.RewatchDelay}, controller.Handler[registry.Object]{
+		Event:    m.apply,
+		Synced:   m.initialEnd,
+		Progress: m.progress,
+		Ended:    func(error) { m.initial = nil },
+	})
 	// A store no longer served never syncs: nobody waits for it.
 	m.syncedOnce.Do(func() { close(m.synced) })
 	m.c.watching(m, true)
 }
 
-// watchOnce watches from the current state: the initial events replace
-// what the graph knows of this resource (objects deleted while no watch ran
-// are forgotten as deleted), then every change is applied as it comes.
-func (m *monitor) watchOnce(ctx context.Context) error {
-	yes := true
-	w, err := m.store.Watch(ctx, "", &metainternalversion.ListOptions{Watch: true, SendInitialEvents: &yes, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan, AllowWatchBookmarks: true})
+func (m *monitor) apply(ctx context.Context, typ watch.EventType, obj registry.Object, initial bool) error {
+	m.hold(ctx)
+	rev, err := strconv.ParseInt(obj.GetResourceVersion(), 10, 64)
 	if err != nil {
-		return err
+		return fmt.Errorf("watch of %s sent resourceVersion %q: %w", m.store.Resource.GroupResource(), obj.GetResourceVersion(), err)
 	}
-	// initial holds the uids of the initial objects until their end.
-	initial := map[types.UID]struct{}{}
-	return w.Run(ctx, func(ev watch.Event, _ *registry.Encodings) error {
-		if m.c.beforeEvent != nil {
-			m.c.beforeEvent(ctx, m.store.Resource.GroupResource(), ev)
+	if initial {
+		if m.initial == nil {
+			m.initial = map[types.UID]struct{}{}
 		}
-		if ev.Type == watch.Error {
-			return fmt.Errorf("watch of %s: %w", m.store.Resource.GroupResource(), apierrors.FromObject(ev.Object))
-		}
-		obj, err := meta.Accessor(ev.Object)
-		if err != nil {
-			return fmt.Errorf("watch of %s sent a %T", m.store.Resource.GroupResource(), ev.Object)
-		}
-		rev, err := strconv.ParseInt(obj.GetResourceVersion(), 10, 64)
-		if err != nil {
-			return fmt.Errorf("watch of %s sent resourceVersion %q: %w", m.store.Resource.GroupResource(), obj.GetResourceVersion(), err)
-		}
-		switch ev.Type {
-		case watch.Bookmark:
-			if initial != nil {
-				m.c.forgetUnseen(m.store, initial)
-				initial = nil
-				m.syncedOnce.Do(func() { close(m.synced) })
-			}
-		case watch.Added, watch.Modified, watch.Deleted:
-			if initial != nil {
-				initial[obj.GetUID()] = struct{}{}
-			}
-			if ev.Type == watch.Deleted {
-				m.c.deleted(obj.GetUID())
-			} else {
-				m.c.observed(newNode(m.store, obj))
-			}
-		}
-		// Applied: the graph holds every change of this resource up to
-		// rev (a bookmark's too: etcd reports progress in order).
-		m.c.reached(m, rev)
-		return nil
-	})
+		m.initial[obj.GetUID()] = struct{}{}
+	}
+	if typ == watch.Deleted {
+		m.c.deleted(obj.GetUID())
+	} else {
+		m.c.observed(newNode(m.store, obj))
+	}
+	// Applied: the graph holds every change of this resource up to rev.
+	m.c.reached(m, rev)
+	return nil
+}
+
+// initialEnd: the objects of this resource the initial state did not hold
+// are gone.
+func (m *monitor) initialEnd(ctx context.Context, rev int64) error {
+	m.hold(ctx)
+	m.c.forgetUnseen(m.store, m.initial)
+	m.initial = nil
+	m.syncedOnce.Do(func() { close(m.synced) })
+	m.c.reached(m, rev)
+	return nil
+}
+
+// progress: a bookmark's revision is reached too (etcd reports progress in
+// order).
+func (m *monitor) progress(ctx context.Context, rev int64) error {
+	m.hold(ctx)
+	m.c.reached(m, rev)
+	return nil
+}
+
+// hold calls the tests' beforeEvent hook.
+func (m *monitor) hold(ctx context.Context) {
+	if m.c.beforeEvent != nil {
+		m.c.beforeEvent(ctx, m.store.Resource.GroupResource())
+	}
 }
 
 // observed applies an object added or changed, and queues what it may now
@@ -364,26 +361,16 @@ func (c *Collector) retryUnknownKinds() {
 	}
 }
 
-// work runs process on what queue holds until it shuts down; an item that
-// fails is tried again later, backing off.
-func (c *Collector) work(ctx context.Context, queue workqueue.TypedRateLimitingInterface[types.UID], process func(context.Context, types.UID) error) {
-	for {
-		uid, shutdown := queue.Get()
-		if shutdown {
-			return
-		}
+// retried is process as the queues' workers call it: an item that fails
+// is tried again later, backing off; a conflict (the object changed
+// meanwhile) is no warning.
+func retried(process func(context.Context, types.UID) error) func(context.Context, types.UID) (bool, error) {
+	return func(ctx context.Context, uid types.UID) (bool, error) {
 		err := process(ctx, uid)
-		switch {
-		case err == nil:
-			queue.Forget(uid)
-		case ctx.Err() != nil:
-		default:
-			if !apierrors.IsConflict(err) {
-				c.log.Warn("garbage collector: will try again", "uid", uid, "err", err)
-			}
-			queue.AddRateLimited(uid)
+		if apierrors.IsConflict(err) {
+			return false, nil
 		}
-		queue.Done(uid)
+		return err == nil, err
 	}
 }
 

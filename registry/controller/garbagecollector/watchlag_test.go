@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/concord-dev/concord/registry"
 )
@@ -25,7 +24,7 @@ type gate struct {
 	shut chan struct{}
 }
 
-func (g *gate) hold(ctx context.Context, resource schema.GroupResource, _ watch.Event) {
+func (g *gate) hold(ctx context.Context, resource schema.GroupResource) {
 	if resource != g.resource {
 		return
 	}
