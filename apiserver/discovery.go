@@ -552,7 +552,7 @@ func (c *crdStates) run() {
 			initial = nil
 			return nil
 		},
-		Ended: func(error) { initial = nil },
+		Opened: func(context.Context) error { initial = nil; return nil },
 	})
 }
 

@@ -183,38 +183,6 @@ func TestQueue(t *testing.T) {
 	}
 }
 
-// TestWatchEnded: Ended is told of every watch that ends, with why, before
-// the next one hands the objects over again.
-func TestWatchEnded(t *testing.T) {
-	e := etcdtest.Start(t)
-	stores := registry.NewStores(etcdstore.New(e.Client, "/registry"), registry.DefaultWatchConfig())
-	cms, _ := registry.NewCatalog(stores).Lookup("", "v1", "configmaps")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	var rec recorder
-	var failOnce atomic.Bool
-	failOnce.Store(true)
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		controller.Watch(runCtx, cms, controller.WatchOptions{Name: "test", RewatchDelay: 10 * time.Millisecond}, controller.Handler[*corev1.ConfigMap]{
-			Synced: func(context.Context, int64) error {
-				if failOnce.Swap(false) {
-					return errors.New("handler failed")
-				}
-				rec.add("synced")
-				return nil
-			},
-			Ended: func(err error) { rec.add(fmt.Sprintf("ended: %v", err)) },
-		})
-	}()
-	rec.await(t, "ended: handler failed", "synced")
-	stop()
-	<-done
-	rec.await(t, "ended: <nil>")
-}
-
 // TestWatchPrefix: the keys under a prefix in pages, then Synced at their
 // revision, changes in batches (a deletion's value nil), progress reports
 // asked for, and after a watch ended (Ended) every key again.

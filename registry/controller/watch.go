@@ -42,11 +42,6 @@ type Handler[T any] struct {
 	// Progress is called for each bookmark after Synced: every change up to
 	// revision rev has been handed to Event.
 	Progress func(ctx context.Context, rev int64) error
-	// Ended is called each time a watch ends or fails to open (WatchOnce
-	// returns), with why: a handler that gathers the objects present when
-	// a watch opens until Synced drops what it gathered, as the next watch
-	// hands them over again.
-	Ended func(err error)
 }
 
 // WatchOptions name the watch in logs and pace its reopening.
@@ -83,10 +78,7 @@ func Watch[T any](ctx context.Context, store *registry.Store, opts WatchOptions,
 
 // WatchOnce is one watch of Watch: it returns when the watch ends, with
 // why (nil when ctx ended or the store stopped its watches).
-func WatchOnce[T any](ctx context.Context, store *registry.Store, h Handler[T]) (err error) {
-	if h.Ended != nil {
-		defer func() { h.Ended(err) }()
-	}
+func WatchOnce[T any](ctx context.Context, store *registry.Store, h Handler[T]) error {
 	yes := true
 	w, err := store.Watch(ctx, "", &metainternalversion.ListOptions{
 		Watch: true, SendInitialEvents: &yes, AllowWatchBookmarks: true,

@@ -157,7 +157,7 @@ func (s *Server) Run(ctx context.Context) {
 			s.advanceTo(rev)
 			return nil
 		},
-		Ended: func(error) { seen = nil },
+		Opened: func(context.Context) error { seen = nil; return nil },
 	})
 }
 

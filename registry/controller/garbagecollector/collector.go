@@ -225,7 +225,7 @@ func (m *monitor) run(ctx context.Context) {
 		Event:    m.apply,
 		Synced:   m.initialEnd,
 		Progress: m.progress,
-		Ended:    func(error) { m.initial = nil },
+		Opened:   func(context.Context) error { m.initial = nil; return nil },
 	})
 	// A store no longer served never syncs: nobody waits for it.
 	m.syncedOnce.Do(func() { close(m.synced) })
