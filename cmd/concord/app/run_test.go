@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -143,7 +143,7 @@ func startRun(t *testing.T, cfg Config, logs io.Writer) (baseURL string, cancel 
 	t.Cleanup(cancel)
 	ready := make(chan string, 1)
 	result := make(chan error, 1)
-	go func() { result <- run(ctx, cfg, logs, func(u string) { ready <- u }) }()
+	go func() { result <- Run(ctx, cfg, logs, func(u string) { ready <- u }) }()
 	select {
 	case u := <-ready:
 		return u, cancel, result
@@ -330,7 +330,7 @@ func TestRunEtcdTLSRefused(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			err := run(ctx, cfg, io.Discard, func(string) { t.Error("run became ready") })
+			err := Run(ctx, cfg, io.Discard, func(string) { t.Error("run became ready") })
 			if err == nil || !strings.Contains(err.Error(), "did not answer") {
 				t.Errorf("run = %v; want etcd did not answer", err)
 			}

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -42,7 +42,7 @@ import (
 //     embedded etcd.
 //
 // ready, if not nil, is called with the server's URL once it serves.
-func run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url string)) error {
+func Run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url string)) error {
 	log := newLogger(cfg.LogFormat, logOut)
 	cfg.logIgnoredFlags(log)
 	etcdTLS, err := cfg.etcdTLS()
