@@ -7,6 +7,7 @@ import (
 
 	"github.com/concord-dev/concord/apiserver/authorization/rbac"
 	"github.com/concord-dev/concord/registry"
+	"github.com/concord-dev/concord/registry/controller/leaderelect"
 )
 
 // startAuthorization builds the authorizer chain of --authorization-mode.
@@ -15,7 +16,7 @@ import (
 // kube's default roles and bindings (every replica, idempotently), a
 // start-up step that then runs the ClusterRole aggregation under a Lease
 // — nil without RBAC.
-func startAuthorization(ctx context.Context, sec *serving, catalog *registry.Catalog, storage registry.Storage, elect *elector, log *slog.Logger) func(context.Context) error {
+func startAuthorization(ctx context.Context, sec *serving, catalog *registry.Catalog, storage registry.Storage, elect *leaderelect.Elector, log *slog.Logger) func(context.Context) error {
 	if !sec.rbacEnabled() {
 		sec.authorize(nil)
 		return nil
@@ -34,7 +35,7 @@ func startAuthorization(ctx context.Context, sec *serving, catalog *registry.Cat
 		if err := rbac.Bootstrap(stepCtx, src.ClusterRoles, src.ClusterRoleBindings, log); err != nil {
 			return fmt.Errorf("reconcile the default RBAC roles and bindings: %w", err)
 		}
-		elect.run(ctx, "concord-clusterrole-aggregation", rbac.NewAggregator(src.ClusterRoles, log.With("controller", "clusterrole-aggregation")).Run)
+		go elect.Run(ctx, "concord-clusterrole-aggregation", rbac.NewAggregator(src.ClusterRoles, log.With("controller", "clusterrole-aggregation")).Run)
 		return nil
 	}
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/concord-dev/concord/registry"
 	"github.com/concord-dev/concord/registry/controller/crdcleanup"
 	"github.com/concord-dev/concord/registry/controller/crdstatus"
+	"github.com/concord-dev/concord/registry/controller/leaderelect"
 	"github.com/concord-dev/concord/registry/crdserving"
 )
 
@@ -166,7 +167,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, ready func(url strin
 	go crdcleanup.New(crds, store, newStore, log).Run(ctx)
 	// kube-controller-manager's controllers run on one replica at a time,
 	// each under a Lease of its own in kube-system.
-	elect := newElector(cfg.LeaderElection, coreStore(catalog, registry.Leases), log)
+	elect := leaderelect.NewElector(cfg.LeaderElection, coreStore(catalog, registry.Leases), log)
 	steps := startupSteps(ctx, cfg, stores, catalog, store, elect, sec, log)
 
 	tokenIssuer, tokenAuthn, err := saKeys.tokens(cfg.ServiceAccounts, catalog)

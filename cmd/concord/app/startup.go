@@ -11,6 +11,7 @@ import (
 	"github.com/concord-dev/concord/apiserver"
 	"github.com/concord-dev/concord/registry"
 	"github.com/concord-dev/concord/registry/controller/garbagecollector"
+	"github.com/concord-dev/concord/registry/controller/leaderelect"
 	namespacecontroller "github.com/concord-dev/concord/registry/controller/namespace"
 	sacontroller "github.com/concord-dev/concord/registry/controller/serviceaccount"
 )
@@ -101,7 +102,7 @@ type startup struct {
 // (then the controllers, whose Leases live in kube-system), then, with
 // RBAC, kube's default roles and bindings. Their /readyz checks have
 // kube-apiserver's names.
-func startupSteps(ctx context.Context, cfg Config, stores []*registry.Store, catalog *registry.Catalog, storage registry.Storage, elect *elector, sec *serving, log *slog.Logger) *startup {
+func startupSteps(ctx context.Context, cfg Config, stores []*registry.Store, catalog *registry.Catalog, storage registry.Storage, elect *leaderelect.Elector, sec *serving, log *slog.Logger) *startup {
 	namespaces := &startupStep{name: "start-system-namespaces-controller", attemptTimeout: cfg.EtcdDialTimeout, do: func(stepCtx context.Context) error {
 		if err := registry.EnsureSystemNamespaces(stepCtx, stores); err != nil {
 			return fmt.Errorf("create the system namespaces: %w", err)
@@ -118,11 +119,11 @@ func startupSteps(ctx context.Context, cfg Config, stores []*registry.Store, cat
 
 // startControllers runs kube-controller-manager's controllers, each on
 // one replica at a time.
-func startControllers(ctx context.Context, catalog *registry.Catalog, elect *elector, log *slog.Logger) {
+func startControllers(ctx context.Context, catalog *registry.Catalog, elect *leaderelect.Elector, log *slog.Logger) {
 	collector := garbagecollector.New(catalog, garbagecollector.Config{}, log.With("controller", "garbage-collector"))
-	elect.run(ctx, "concord-garbage-collector", collector.Run)
-	elect.run(ctx, "concord-serviceaccounts", sacontroller.New(coreStore(catalog, registry.Namespaces), coreStore(catalog, registry.ServiceAccounts), log).Run)
-	elect.run(ctx, "concord-namespaces", namespacecontroller.New(coreStore(catalog, registry.Namespaces), catalog, log.With("controller", "namespace")).Run)
+	go elect.Run(ctx, "concord-garbage-collector", collector.Run)
+	go elect.Run(ctx, "concord-serviceaccounts", sacontroller.New(coreStore(catalog, registry.Namespaces), coreStore(catalog, registry.ServiceAccounts), log).Run)
+	go elect.Run(ctx, "concord-namespaces", namespacecontroller.New(coreStore(catalog, registry.Namespaces), catalog, log.With("controller", "namespace")).Run)
 }
 
 func (s *startup) hooks() []apiserver.PostStartHook {
