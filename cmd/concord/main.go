@@ -39,8 +39,17 @@ func main() {
 		// A second signal gets the default action: exit at once.
 		stop()
 	}()
-	if err := app.Run(ctx, cfg, os.Stderr, nil); err != nil {
+	if err := run(ctx, cfg); err != nil {
 		fmt.Fprintf(os.Stderr, "concord: %v\n", err)
 		os.Exit(1)
 	}
+}
+
+// run builds the server and serves until ctx ends.
+func run(ctx context.Context, cfg app.Config) error {
+	srv, err := app.New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return srv.Run(ctx)
 }
