@@ -47,7 +47,6 @@ type Server struct {
 	endpoints []string
 	client    *clientv3.Client
 	monitor   *etcdstore.Monitor
-	store     *etcdstore.Store
 	// storage is the store as WithStorage wraps it; the stores write
 	// through fenced.
 	storage      registry.Storage

@@ -40,7 +40,7 @@ func (s *Server) buildStorage(context.Context) error {
 	s.monitor = monitor
 	s.onRelease(monitor.Close)
 
-	s.store = etcdstore.NewWithOptions(s.client, s.cfg.EtcdPrefix, etcdstore.Options{
+	store := etcdstore.NewWithOptions(s.client, s.cfg.EtcdPrefix, etcdstore.Options{
 		RequestTimeout: s.cfg.EtcdRequestTimeout,
 		Metrics:        storeMetrics,
 		TTL:            map[string]time.Duration{registry.Events.Plural: s.cfg.EventTTL},
@@ -48,9 +48,9 @@ func (s *Server) buildStorage(context.Context) error {
 		// Revision reads go round the members the monitor sees answer.
 		Monitor: monitor,
 	})
-	s.storage = s.opts.wrapStorage(s.store)
+	s.storage = s.opts.wrapStorage(store)
 	if s.cfg.EtcdCompactionInterval > 0 {
-		compactor := s.store.NewCompactor()
+		compactor := store.NewCompactor()
 		s.goBackground(func(ctx context.Context) {
 			runCompactor(ctx, s.log, compactor, s.cfg.EtcdCompactionInterval, compactions)
 		})
