@@ -7,28 +7,22 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"regexp"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/concord-dev/concord/apiserver"
+	"github.com/concord-dev/concord/cmd/concord/app"
 	"github.com/concord-dev/concord/etcdstore"
 	"github.com/concord-dev/concord/etcdstore/etcdtest"
 	"github.com/concord-dev/concord/registry"
-	"github.com/concord-dev/concord/registry/controller/crdcleanup"
-	"github.com/concord-dev/concord/registry/controller/crdstatus"
 	namespacecontroller "github.com/concord-dev/concord/registry/controller/namespace"
-	"github.com/concord-dev/concord/registry/crdserving"
 )
 
-// testServer is Concord's handler on a real loopback HTTP server over a
+// testServer is a Concord server (cmd/concord/app) on loopback over a
 // real embedded etcd.
 type testServer struct {
 	URL    string
@@ -63,7 +57,8 @@ type serverOptions struct {
 	watch registry.WatchConfig
 	wrap  func(*etcdstore.Store) registry.Storage
 	cors  []*regexp.Regexp
-	// etcdRequestTimeout bounds each etcd request (0: no bound).
+	// etcdRequestTimeout bounds each etcd request (0: the binary's
+	// default).
 	etcdRequestTimeout time.Duration
 	// shutdown, when closed, fails /readyz.
 	shutdown <-chan struct{}
@@ -82,123 +77,84 @@ type serverOptions struct {
 	// storeOpts configure the stores (registry.WithoutReadCache for a
 	// test that injects faults into storage.Get).
 	storeOpts []registry.StoreOption
-	// crds runs what run.go runs beside the API for CRDs: crdserving (the
-	// catalog serves the established CRDs' custom resources), crdstatus
-	// (names and conditions) and crdcleanup (a deleted CRD's objects).
+	// crds runs the controllers of CRDs (app.Controllers.CRDs): their
+	// custom resources served, names and conditions, clean-up.
 	crds bool
 	// namespaces runs the namespace controller (a deleted namespace's
-	// content deleted, then the namespace), as run.go does.
+	// content deleted, then the namespace), under its Lease.
 	namespaces bool
 }
 
-// startServerWithOptions starts a server as run does: the etcd endpoint
-// monitor as the etcd health check, store, monitor and API metrics in one
-// registry that /metrics serves.
+// startServerWithOptions starts a server as the binary does
+// (cmd/concord/app), over a real embedded etcd of its own, serving plain
+// HTTP on loopback to everyone (anonymous, AlwaysAllow), until the test
+// ends. /readyz's checks besides ping and etcd are the test's own (shutdown,
+// crdsSynced, hooks); the server's start-up is done when it returns.
 func startServerWithOptions(t testing.TB, opts serverOptions) *testServer {
 	t.Helper()
-	if opts.watch == (registry.WatchConfig{}) {
-		opts.watch = registry.DefaultWatchConfig()
-	}
-	if opts.wrap == nil {
-		opts.wrap = func(s *etcdstore.Store) registry.Storage { return s }
-	}
 	if opts.logOut == nil {
 		opts.logOut = io.Discard
 	}
 	e := etcdtest.Start(t)
-	reg := prometheus.NewRegistry()
-	groups := map[string]string{}
-	for _, res := range registry.Resources {
-		if res.Storage == nil { // the key space is the stored version's
-			groups[res.Plural] = res.GroupVersion.Group
-		}
+	cfg := app.DefaultConfig()
+	cfg.EtcdServers = []string{e.Endpoint}
+	cfg.Port = 0
+	cfg.DataDir = t.TempDir()
+	cfg.Security.InsecureServing = true
+	cfg.Security.AnonymousAuth = true
+	cfg.Security.AuthorizationMode = app.AuthorizationAlwaysAllow
+	cfg.Profiling = false
+	for _, o := range opts.cors {
+		cfg.CORSAllowedOrigins = append(cfg.CORSAllowedOrigins, o.String())
 	}
-	storeMetrics, err := etcdstore.NewMetrics(reg, groups)
-	if err != nil {
-		t.Fatalf("store metrics: %v", err)
+	if opts.etcdRequestTimeout > 0 {
+		cfg.EtcdRequestTimeout = opts.etcdRequestTimeout
 	}
-	store := etcdstore.NewWithOptions(e.Client, "/registry", etcdstore.Options{RequestTimeout: opts.etcdRequestTimeout, Metrics: storeMetrics})
-	monitor, err := etcdstore.StartMonitor(e.Client, etcdstore.MonitorConfig{
-		Client:     clientv3.Config{Endpoints: []string{e.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()},
-		Prefix:     "/registry",
-		Registerer: reg,
-		// As run: readiness tolerates an etcd silent for less than the
-		// request timeout.
-		ReadyWithin: opts.etcdRequestTimeout,
-	})
-	if err != nil {
-		t.Fatalf("etcd endpoint monitor: %v", err)
+	if opts.requestTimeout > 0 {
+		cfg.RequestTimeout = opts.requestTimeout
 	}
-	t.Cleanup(monitor.Close)
-	storage := opts.wrap(store)
-	stores := registry.NewStores(storage, opts.watch, opts.storeOpts...)
-	catalog := registry.NewCatalog(stores)
-	if opts.crds {
-		runCRDControllers(t, catalog, storage, opts)
+	cfg.MaxRequestsInFlight, cfg.MaxMutatingRequestsInFlight, cfg.MaxRequestBytesInFlight = opts.maxReadOnly, opts.maxMutating, opts.maxBytes
+	cfg.Complete()
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("server config: %v", err)
 	}
-	if opts.namespaces {
-		runNamespaceController(t, catalog, opts)
+	appOpts := []app.Option{
+		app.WithLogger(slog.New(slog.NewJSONHandler(opts.logOut, &slog.HandlerOptions{Level: slog.LevelDebug}))),
+		app.WithControllers(app.Controllers{CRDs: opts.crds, Namespaces: opts.namespaces}),
+		app.WithStoreOptions(opts.storeOpts...),
+		app.WithHandlerConfig(func(c *apiserver.Config) {
+			c.ShutdownInitiated, c.CRDsSynced, c.PostStartHooks = opts.shutdown, opts.crdsSynced, opts.hooks
+		}),
 	}
-	handler := apiserver.New(apiserver.Config{
-		Catalog:            catalog,
-		Logger:             slog.New(slog.NewJSONHandler(opts.logOut, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		CORSAllowedOrigins: opts.cors,
-		StorageCheck:       monitor.Check,
-		ShutdownInitiated:  opts.shutdown,
-		CRDsSynced:         opts.crdsSynced,
-		PostStartHooks:     opts.hooks,
-		Metrics:            reg,
-
-		MaxRequestsInFlight:         opts.maxReadOnly,
-		MaxMutatingRequestsInFlight: opts.maxMutating,
-		MaxRequestBytesInFlight:     opts.maxBytes,
-		RequestTimeout:              opts.requestTimeout,
-	})
+	if opts.watch != (registry.WatchConfig{}) {
+		appOpts = append(appOpts, app.WithWatchConfig(opts.watch))
+	}
+	if opts.wrap != nil {
+		appOpts = append(appOpts, app.WithStorage(opts.wrap))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := registry.EnsureSystemNamespaces(ctx, stores); err != nil {
-		t.Fatalf("system namespaces: %v", err)
+	srv, err := app.New(ctx, cfg, appOpts...)
+	if err != nil {
+		t.Fatalf("start the server: %v", err)
 	}
-	srv := httptest.NewServer(handler)
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(context.Background()) }()
 	t.Cleanup(func() {
-		for _, s := range catalog.Stores() {
-			s.StopWatches()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("server shutdown: %v", err)
 		}
-		srv.Close()
 	})
-	return &testServer{URL: srv.URL, Etcd: e, Stores: stores, Catalog: catalog, Handler: handler}
-}
-
-// runCRDControllers runs crdserving, crdstatus and crdcleanup over the
-// catalog's CustomResourceDefinitions as run.go does, until the test ends.
-func runCRDControllers(t testing.TB, catalog *registry.Catalog, storage registry.Storage, opts serverOptions) {
-	t.Helper()
-	gv := registry.CustomResourceDefinitions.GroupVersion
-	crds, ok := catalog.Lookup(gv.Group, gv.Version, registry.CustomResourceDefinitions.Plural)
-	if !ok {
-		t.Fatal("the catalog serves no CustomResourceDefinitions")
+	select {
+	case <-srv.Ready():
+	case err := <-done:
+		t.Fatalf("the server stopped before it was ready: %v", err)
+	case <-ctx.Done():
+		t.Fatal("the server is not ready after 30s")
 	}
-	newStore := func(storage registry.Storage, res *registry.Resource) *registry.Store {
-		return registry.NewStore(storage, res, opts.watch, opts.storeOpts...)
-	}
-	log := slog.New(slog.NewJSONHandler(opts.logOut, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for _, run := range []func(context.Context){
-		crdserving.New(crds, catalog, storage, newStore, log).Run,
-		crdstatus.New(crds, log).Run,
-		crdcleanup.New(crds, storage, newStore, log).Run,
-	} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			run(ctx)
-		}()
-	}
-	t.Cleanup(func() {
-		cancel()
-		wg.Wait()
-	})
+	return &testServer{URL: srv.URL(), Etcd: e, Stores: srv.Stores(), Catalog: srv.Catalog(), Handler: srv.Handler()}
 }
 
 // runNamespaceController runs the namespace controller over the catalog

@@ -52,7 +52,7 @@ func TestNamespaceLifecycle(t *testing.T) {
 			t.Fatalf("POST %s: %d %s", obj.path, resp.Code, resp.Body)
 		}
 	}
-	if n := len(s.storedKeys(t, "/registry/")) - 5; n != 3 { // minus the five namespaces
+	if n := len(s.storedKeys(t, "/registry/")) - 6; n != 3 { // minus the five namespaces and the namespace controller's Lease
 		t.Fatalf("%d objects stored in team; want 3", n)
 	}
 

@@ -25,68 +25,56 @@ import (
 	"github.com/google/go-cmp/cmp"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/concord-dev/concord/apiserver"
-	"github.com/concord-dev/concord/etcdstore"
+	"github.com/concord-dev/concord/cmd/concord/app"
 	"github.com/concord-dev/concord/etcdstore/etcdtest"
 	"github.com/concord-dev/concord/internal/syncbuf"
-	"github.com/concord-dev/concord/registry"
-	"github.com/concord-dev/concord/registry/controller/crdcleanup"
-	"github.com/concord-dev/concord/registry/controller/crdstatus"
-	namespacecontroller "github.com/concord-dev/concord/registry/controller/namespace"
-	"github.com/concord-dev/concord/registry/crdserving"
 )
 
-// startConcord runs Concord's handler on a loopback HTTP server over a real
-// embedded etcd (fsync off), as the apiserver tests do, with what run.go
-// runs beside it for CRDs (crdserving, crdstatus, crdcleanup) and for the
-// deletion of namespaces (namespacecontroller), and returns
-// its URL and the etcd.
+// startConcord runs a Concord server (cmd/concord/app) on loopback over a
+// real embedded etcd (fsync off), serving plain HTTP to everyone, with the
+// controllers of CRDs and of the deletion of namespaces, until the test
+// ends; it returns its URL and the etcd.
 func startConcord(t *testing.T) (string, *etcdtest.Etcd) {
 	t.Helper()
 	e := etcdtest.Start(t)
-	storage := etcdstore.New(e.Client, "/registry")
-	stores := registry.NewStores(storage, registry.DefaultWatchConfig())
-	catalog := registry.NewCatalog(stores)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	gv := registry.CustomResourceDefinitions.GroupVersion
-	crds, ok := catalog.Lookup(gv.Group, gv.Version, registry.CustomResourceDefinitions.Plural)
-	if !ok {
-		t.Fatal("the catalog serves no CustomResourceDefinitions")
+	cfg := app.DefaultConfig()
+	cfg.EtcdServers = []string{e.Endpoint}
+	cfg.Port = 0
+	cfg.DataDir = t.TempDir()
+	cfg.Security.InsecureServing = true
+	cfg.Security.AnonymousAuth = true
+	cfg.Security.AuthorizationMode = app.AuthorizationAlwaysAllow
+	// No in-flight limits: the benchmark measures the server, not them.
+	cfg.MaxRequestsInFlight, cfg.MaxMutatingRequestsInFlight, cfg.MaxRequestBytesInFlight = 0, 0, 0
+	cfg.Complete()
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("server config: %v", err)
 	}
-	newStore := func(storage registry.Storage, res *registry.Resource) *registry.Store {
-		return registry.NewStore(storage, res, registry.DefaultWatchConfig())
-	}
-	namespaces, _ := catalog.Lookup("", "v1", "namespaces")
-	runCtx, stop := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for _, run := range []func(context.Context){
-		crdserving.New(crds, catalog, storage, newStore, log).Run,
-		crdstatus.New(crds, log).Run,
-		crdcleanup.New(crds, storage, newStore, log).Run,
-		namespacecontroller.New(namespaces, catalog, log).Run,
-	} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			run(runCtx)
-		}()
-	}
-	handler := apiserver.New(apiserver.Config{Catalog: catalog, Logger: log})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := registry.EnsureSystemNamespaces(ctx, stores); err != nil {
-		t.Fatalf("system namespaces: %v", err)
+	srv, err := app.New(ctx, cfg,
+		app.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
+		app.WithControllers(app.Controllers{CRDs: true, Namespaces: true}))
+	if err != nil {
+		t.Fatalf("start concord: %v", err)
 	}
-	srv := httptest.NewServer(handler)
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(context.Background()) }()
 	t.Cleanup(func() {
-		stop()
-		wg.Wait()
-		for _, s := range catalog.Stores() {
-			s.StopWatches()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("concord shutdown: %v", err)
 		}
-		srv.Close()
 	})
-	return srv.URL, e
+	select {
+	case <-srv.Ready():
+	case err := <-done:
+		t.Fatalf("concord stopped before it was ready: %v", err)
+	case <-ctx.Done():
+		t.Fatal("concord is not ready after 30s")
+	}
+	return srv.URL(), e
 }
 
 // benchConfig is a short run against Concord (first) and the raw etcd

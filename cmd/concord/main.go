@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/concord-dev/concord/cmd/concord/app"
 )
 
 func main() {
@@ -20,7 +22,7 @@ func main() {
 		}
 		return
 	}
-	cfg := DefaultConfig()
+	cfg := app.DefaultConfig()
 	fs := flag.NewFlagSet("concord", flag.ExitOnError)
 	cfg.AddFlags(fs)
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -37,8 +39,17 @@ func main() {
 		// A second signal gets the default action: exit at once.
 		stop()
 	}()
-	if err := run(ctx, cfg, os.Stderr, nil); err != nil {
+	if err := run(ctx, cfg); err != nil {
 		fmt.Fprintf(os.Stderr, "concord: %v\n", err)
 		os.Exit(1)
 	}
+}
+
+// run builds the server and serves until ctx ends.
+func run(ctx context.Context, cfg app.Config) error {
+	srv, err := app.New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return srv.Run(ctx)
 }

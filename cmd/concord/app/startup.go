@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -10,9 +10,6 @@ import (
 
 	"github.com/concord-dev/concord/apiserver"
 	"github.com/concord-dev/concord/registry"
-	"github.com/concord-dev/concord/registry/controller/garbagecollector"
-	namespacecontroller "github.com/concord-dev/concord/registry/controller/namespace"
-	sacontroller "github.com/concord-dev/concord/registry/controller/serviceaccount"
 )
 
 // Backoff between the attempts of a start-up step: doubling from the
@@ -101,28 +98,19 @@ type startup struct {
 // (then the controllers, whose Leases live in kube-system), then, with
 // RBAC, kube's default roles and bindings. Their /readyz checks have
 // kube-apiserver's names.
-func startupSteps(ctx context.Context, cfg Config, stores []*registry.Store, catalog *registry.Catalog, storage registry.Storage, elect *elector, sec *serving, log *slog.Logger) *startup {
-	namespaces := &startupStep{name: "start-system-namespaces-controller", attemptTimeout: cfg.EtcdDialTimeout, do: func(stepCtx context.Context) error {
-		if err := registry.EnsureSystemNamespaces(stepCtx, stores); err != nil {
+func (s *Server) startupSteps() *startup {
+	namespaces := &startupStep{name: "start-system-namespaces-controller", attemptTimeout: s.cfg.EtcdDialTimeout, do: func(stepCtx context.Context) error {
+		if err := registry.EnsureSystemNamespaces(stepCtx, s.stores); err != nil {
 			return fmt.Errorf("create the system namespaces: %w", err)
 		}
-		startControllers(ctx, catalog, elect, log)
+		s.startControllers()
 		return nil
 	}}
-	s := &startup{steps: []*startupStep{namespaces}, done: make(chan struct{})}
-	if bootstrap := startAuthorization(ctx, sec, catalog, storage, elect, log); bootstrap != nil {
-		s.steps = append(s.steps, &startupStep{name: "rbac/bootstrap-roles", attemptTimeout: cfg.EtcdDialTimeout, do: bootstrap})
+	steps := &startup{steps: []*startupStep{namespaces}, done: make(chan struct{})}
+	if bootstrap := s.startAuthorization(); bootstrap != nil {
+		steps.steps = append(steps.steps, &startupStep{name: "rbac/bootstrap-roles", attemptTimeout: s.cfg.EtcdDialTimeout, do: bootstrap})
 	}
-	return s
-}
-
-// startControllers runs kube-controller-manager's controllers, each on
-// one replica at a time.
-func startControllers(ctx context.Context, catalog *registry.Catalog, elect *elector, log *slog.Logger) {
-	collector := garbagecollector.New(catalog, garbagecollector.Config{}, log.With("controller", "garbage-collector"))
-	elect.run(ctx, "concord-garbage-collector", collector.Run)
-	elect.run(ctx, "concord-serviceaccounts", sacontroller.New(coreStore(catalog, registry.Namespaces), coreStore(catalog, registry.ServiceAccounts), log).Run)
-	elect.run(ctx, "concord-namespaces", namespacecontroller.New(coreStore(catalog, registry.Namespaces), catalog, log.With("controller", "namespace")).Run)
+	return steps
 }
 
 func (s *startup) hooks() []apiserver.PostStartHook {

@@ -1,9 +1,8 @@
-package main
+package app
 
 import (
 	"context"
 	"fmt"
-	"log/slog"
 
 	"github.com/concord-dev/concord/apiserver/authorization/rbac"
 	"github.com/concord-dev/concord/registry"
@@ -16,18 +15,19 @@ import (
 // kube's default roles and bindings (every replica, idempotently), a
 // start-up step that then runs the ClusterRole aggregation under a Lease
 // — nil without RBAC.
-func startAuthorization(ctx context.Context, sec *serving, catalog *registry.Catalog, storage registry.Storage, elect *elector, log *slog.Logger) func(context.Context) error {
+func (s *Server) startAuthorization() func(context.Context) error {
+	sec, catalog, log := s.sec, s.catalog, s.log
 	if !sec.rbacEnabled() {
 		sec.authorize(nil)
 		return nil
 	}
 	src := rbac.Source{
-		Storage: storage,
+		Storage: s.storage,
 		Roles:   coreStore(catalog, registry.Roles), ClusterRoles: coreStore(catalog, registry.ClusterRoles),
 		RoleBindings: coreStore(catalog, registry.RoleBindings), ClusterRoleBindings: coreStore(catalog, registry.ClusterRoleBindings),
 	}
 	view := rbac.NewView(src, log.With("component", "rbac"))
-	go view.Run(ctx)
+	s.goBackground(view.Run)
 	authz := rbac.NewAuthorizer(view)
 	sec.authorize(authz)
 	(&rbac.Escalation{Rules: authz, Authorizer: sec.authz}).Install(src.Roles, src.ClusterRoles, src.RoleBindings, src.ClusterRoleBindings)
@@ -35,7 +35,9 @@ func startAuthorization(ctx context.Context, sec *serving, catalog *registry.Cat
 		if err := rbac.Bootstrap(stepCtx, src.ClusterRoles, src.ClusterRoleBindings, log); err != nil {
 			return fmt.Errorf("reconcile the default RBAC roles and bindings: %w", err)
 		}
-		elect.run(ctx, "concord-clusterrole-aggregation", clusterroleaggregation.NewAggregator(src.ClusterRoles, log.With("controller", "clusterrole-aggregation")).Run)
+		if s.opts.controllers.ClusterRoleAggregation {
+			s.underLease("concord-clusterrole-aggregation", clusterroleaggregation.NewAggregator(src.ClusterRoles, log.With("controller", "clusterrole-aggregation")).Run)
+		}
 		return nil
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -131,8 +131,8 @@ func startTLSEtcd(t *testing.T, p testPKI) string {
 	return "https://" + e.Clients[0].Addr().String()
 }
 
-// startRun runs the server as main does, until the returned cancel; done
-// receives run's result.
+// startRun builds and runs the server as main does, until the returned
+// cancel; done receives Run's result.
 func startRun(t *testing.T, cfg Config, logs io.Writer) (baseURL string, cancel context.CancelFunc, done <-chan error) {
 	t.Helper()
 	cfg.Complete()
@@ -141,16 +141,19 @@ func startRun(t *testing.T, cfg Config, logs io.Writer) (baseURL string, cancel 
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	ready := make(chan string, 1)
+	srv, err := New(ctx, cfg, WithLogger(newLogger(cfg.LogFormat, logs)))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
 	result := make(chan error, 1)
-	go func() { result <- run(ctx, cfg, logs, func(u string) { ready <- u }) }()
+	go func() { result <- srv.Run(ctx) }()
 	select {
-	case u := <-ready:
-		return u, cancel, result
+	case <-srv.Ready():
+		return srv.URL(), cancel, result
 	case err := <-result:
-		t.Fatalf("run ended before it was ready: %v", err)
+		t.Fatalf("Run ended before it was ready: %v", err)
 	case <-time.After(time.Minute):
-		t.Fatal("run not ready after a minute")
+		t.Fatal("Run not ready after a minute")
 	}
 	return "", nil, nil
 }
@@ -330,9 +333,9 @@ func TestRunEtcdTLSRefused(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			err := run(ctx, cfg, io.Discard, func(string) { t.Error("run became ready") })
+			srv, err := New(ctx, cfg, WithLogger(newLogger(cfg.LogFormat, io.Discard)))
 			if err == nil || !strings.Contains(err.Error(), "did not answer") {
-				t.Errorf("run = %v; want etcd did not answer", err)
+				t.Errorf("New = %v, %v; want etcd did not answer", srv, err)
 			}
 		})
 	}
