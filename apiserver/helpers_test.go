@@ -96,14 +96,10 @@ func startServerWithOptions(t testing.TB, opts serverOptions) *testServer {
 		opts.logOut = io.Discard
 	}
 	e := etcdtest.Start(t)
-	cfg := app.DefaultConfig()
-	cfg.EtcdServers = []string{e.Endpoint}
-	cfg.Port = 0
-	cfg.DataDir = t.TempDir()
+	cfg := serverConfig(t, e)
 	cfg.Security.InsecureServing = true
 	cfg.Security.AnonymousAuth = true
 	cfg.Security.AuthorizationMode = app.AuthorizationAlwaysAllow
-	cfg.Profiling = false
 	for _, o := range opts.cors {
 		cfg.CORSAllowedOrigins = append(cfg.CORSAllowedOrigins, o.String())
 	}
@@ -114,10 +110,6 @@ func startServerWithOptions(t testing.TB, opts serverOptions) *testServer {
 		cfg.RequestTimeout = opts.requestTimeout
 	}
 	cfg.MaxRequestsInFlight, cfg.MaxMutatingRequestsInFlight, cfg.MaxRequestBytesInFlight = opts.maxReadOnly, opts.maxMutating, opts.maxBytes
-	cfg.Complete()
-	if err := cfg.Validate(); err != nil {
-		t.Fatalf("server config: %v", err)
-	}
 	appOpts := []app.Option{
 		app.WithLogger(slog.New(slog.NewJSONHandler(opts.logOut, &slog.HandlerOptions{Level: slog.LevelDebug}))),
 		app.WithControllers(app.Controllers{CRDs: opts.crds, Namespaces: opts.namespaces}),
@@ -132,9 +124,39 @@ func startServerWithOptions(t testing.TB, opts serverOptions) *testServer {
 	if opts.wrap != nil {
 		appOpts = append(appOpts, app.WithStorage(opts.wrap))
 	}
+	srv := runServer(t, cfg, appOpts...)
+	return &testServer{URL: srv.URL(), Etcd: e, Stores: srv.Stores(), Catalog: srv.Catalog(), Handler: srv.Handler()}
+}
+
+// serverConfig is the binary's default Config over e, on a free loopback
+// port, its files in a directory of the test's, without profiling.
+func serverConfig(t testing.TB, e *etcdtest.Etcd) app.Config {
+	t.Helper()
+	cfg := app.DefaultConfig()
+	cfg.EtcdServers = []string{e.Endpoint}
+	cfg.Port = 0
+	cfg.DataDir = t.TempDir()
+	cfg.Profiling = false
+	return cfg
+}
+
+// runServer completes and validates cfg as the binary does, builds its
+// server through cmd/concord/app and runs it until the test ends (or a
+// Shutdown); it returns once the server's start-up is done. The server
+// logs nowhere and runs no controllers unless opts say otherwise.
+func runServer(t testing.TB, cfg app.Config, opts ...app.Option) *app.Server {
+	t.Helper()
+	cfg.Complete()
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("server config: %v", err)
+	}
+	opts = append([]app.Option{
+		app.WithLogger(slog.New(slog.DiscardHandler)),
+		app.WithControllers(app.Controllers{}),
+	}, opts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv, err := app.New(ctx, cfg, appOpts...)
+	srv, err := app.New(ctx, cfg, opts...)
 	if err != nil {
 		t.Fatalf("start the server: %v", err)
 	}
@@ -154,7 +176,7 @@ func startServerWithOptions(t testing.TB, opts serverOptions) *testServer {
 	case <-ctx.Done():
 		t.Fatal("the server is not ready after 30s")
 	}
-	return &testServer{URL: srv.URL(), Etcd: e, Stores: srv.Stores(), Catalog: srv.Catalog(), Handler: srv.Handler()}
+	return srv
 }
 
 // runNamespaceController runs the namespace controller over the catalog

@@ -18,7 +18,7 @@ import (
 func (s *Server) startAuthorization() func(context.Context) error {
 	sec, catalog, log := s.sec, s.catalog, s.log
 	if !sec.rbacEnabled() {
-		sec.authorize(nil)
+		sec.authorize(s.opts.authorizers, nil)
 		return nil
 	}
 	src := rbac.Source{
@@ -29,7 +29,7 @@ func (s *Server) startAuthorization() func(context.Context) error {
 	view := rbac.NewView(src, log.With("component", "rbac"))
 	s.goBackground(view.Run)
 	authz := rbac.NewAuthorizer(view)
-	sec.authorize(authz)
+	sec.authorize(s.opts.authorizers, authz)
 	(&rbac.Escalation{Rules: authz, Authorizer: sec.authz}).Install(src.Roles, src.ClusterRoles, src.RoleBindings, src.ClusterRoleBindings)
 	return func(stepCtx context.Context) error {
 		if err := rbac.Bootstrap(stepCtx, src.ClusterRoles, src.ClusterRoleBindings, log); err != nil {

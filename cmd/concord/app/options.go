@@ -4,6 +4,7 @@ import (
 	"log/slog"
 
 	"github.com/concord-dev/concord/apiserver"
+	"github.com/concord-dev/concord/apiserver/filters"
 	"github.com/concord-dev/concord/etcdstore"
 	"github.com/concord-dev/concord/registry"
 )
@@ -19,6 +20,7 @@ type options struct {
 	storeOpts   []registry.StoreOption
 	controllers Controllers
 	handler     func(*apiserver.Config)
+	authorizers []filters.Authorizer
 }
 
 func defaultOptions() options {
@@ -58,4 +60,12 @@ func WithControllers(c Controllers) Option { return func(o *options) { o.control
 // a test of /readyz puts in checks of its own.
 func WithHandlerConfig(f func(*apiserver.Config)) Option {
 	return func(o *options) { o.handler = f }
+}
+
+// WithAuthorizer asks a first, before the --authorization-mode
+// authorizers (and the RBAC escalation checks ask it too): a test's
+// stand-in for an authorizer the binary has no flag for, such as a
+// webhook in front of RBAC.
+func WithAuthorizer(a filters.Authorizer) Option {
+	return func(o *options) { o.authorizers = append(o.authorizers, a) }
 }

@@ -319,10 +319,10 @@ func (cfg *Config) buildSecurity(log *slog.Logger) (*serving, error) {
 // rbacEnabled reports whether RBAC is among the authorizers.
 func (s *serving) rbacEnabled() bool { return slices.Contains(s.modes, AuthorizationRBAC) }
 
-// authorize makes authz the chain of the modes, in their order; rbac is
-// the RBAC authorizer (nil when it is not among them).
-func (s *serving) authorize(rbac filters.Authorizer) {
-	var chain []filters.Authorizer
+// authorize makes authz the chain of first, then the modes in their
+// order; rbac is the RBAC authorizer (nil when it is not among them).
+func (s *serving) authorize(first []filters.Authorizer, rbac filters.Authorizer) {
+	chain := slices.Clone(first)
 	for _, m := range s.modes {
 		switch m {
 		case AuthorizationRBAC:

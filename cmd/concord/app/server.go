@@ -131,6 +131,9 @@ func (s *Server) Handler() *apiserver.Handler { return s.handler }
 // Catalog is the set of resources served.
 func (s *Server) Catalog() *registry.Catalog { return s.catalog }
 
+// Metrics is the registry /metrics serves.
+func (s *Server) Metrics() *prometheus.Registry { return s.metrics }
+
 // Stores are the stores of the built-in resources.
 func (s *Server) Stores() []*registry.Store { return s.stores }
 
