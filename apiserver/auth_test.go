@@ -9,13 +9,15 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/csv"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"io"
-	"log/slog"
 	"math/big"
 	"net/http"
-	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -32,12 +34,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/concord-dev/concord/apiserver"
 	"github.com/concord-dev/concord/apiserver/filters"
-	"github.com/concord-dev/concord/etcdstore"
+	"github.com/concord-dev/concord/cmd/concord/app"
 	"github.com/concord-dev/concord/etcdstore/etcdtest"
-	"github.com/concord-dev/concord/internal/syncbuf"
-	"github.com/concord-dev/concord/registry"
 )
 
 // testTokens are the bearer tokens of the auth tests' users.
@@ -65,55 +64,34 @@ rules:
   namespaces: [public]
 `
 
-// authServer is the API behind TLS, with authentication, the test policy
-// and an audit log.
+// authServer is a server (cmd/concord/app) behind TLS with a certificate
+// of its own CA, authenticating and authorizing as its Config says, with
+// an audit log.
 type authServer struct {
-	URL    string
-	server *httptest.Server
-	ca     *testCA // signs the client certificates it trusts
-	audit  *syncbuf.Buffer
-	reg    *prometheus.Registry
+	URL string
+	// transport trusts the server's CA, caPEM.
+	transport *http.Transport
+	caPEM     []byte
+	ca        *testCA // signs the client certificates it trusts
+	auditPath string
+	reg       *prometheus.Registry
 }
 
+// startAuthServer serves with the test tokens, client certificates of a
+// test CA, the test policy (--authorization-mode=Policy), profiling and
+// an audit log; anonymous is --anonymous-auth.
 func startAuthServer(t *testing.T, anonymous bool) *authServer {
 	t.Helper()
-	rules, err := filters.ParsePolicy([]byte(testPolicy))
-	if err != nil {
-		t.Fatal(err)
-	}
 	ca := newTestCA(t, "test client CA")
-	e := etcdtest.Start(t)
-	stores := registry.NewStores(etcdstore.New(e.Client, "/registry"), registry.DefaultWatchConfig())
-	s := &authServer{ca: ca, audit: &syncbuf.Buffer{}, reg: prometheus.NewRegistry()}
-	handler := apiserver.New(apiserver.Config{
-		Stores:  stores,
-		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Metrics: s.reg,
-		Authentication: &filters.Authentication{
-			Tokens:    testTokens,
-			ClientCAs: ca.pool(),
-			Anonymous: anonymous,
-		},
-		Authorizer: filters.NewPolicyAuthorizer(rules),
-		AuditLog:   s.audit,
-		Profiling:  true,
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := registry.EnsureSystemNamespaces(ctx, stores); err != nil {
-		t.Fatal(err)
-	}
-	s.server = httptest.NewUnstartedServer(handler)
-	s.server.TLS = &tls.Config{ClientAuth: tls.RequestClientCert}
-	s.server.EnableHTTP2 = true
-	s.server.StartTLS()
-	t.Cleanup(func() {
-		for _, st := range stores {
-			st.StopWatches()
-		}
-		s.server.Close()
-	})
-	s.URL = s.server.URL
+	cfg := serverConfig(t, etcdtest.Start(t))
+	cfg.Security.TokenAuthFile = writeTokenFile(t, testTokens)
+	cfg.Security.ClientCAFile = writeTestFile(t, "client-ca.crt", string(ca.pem()))
+	cfg.Security.AnonymousAuth = anonymous
+	cfg.Security.AuthorizationMode = app.AuthorizationPolicy
+	cfg.Security.AuthorizationPolicyFile = writeTestFile(t, "policy.yaml", testPolicy)
+	cfg.Profiling = true
+	s := startTLSServer(t, cfg)
+	s.ca = ca
 	for _, ns := range []string{"team", "other", "public"} {
 		if resp := s.do(t, "admin-token", http.MethodPost, "/api/v1/namespaces", `{"metadata":{"name":"`+ns+`"}}`); resp.Code != http.StatusCreated {
 			t.Fatalf("create namespace %s: %d %s", ns, resp.Code, resp.Body)
@@ -122,17 +100,73 @@ func startAuthServer(t *testing.T, anonymous bool) *authServer {
 	return s
 }
 
+// startTLSServer runs the server of cfg (its security as the caller set
+// it) over HTTPS with a certificate of the CA it generates in a
+// --cert-dir of the test's, and an audit log.
+func startTLSServer(t *testing.T, cfg app.Config, opts ...app.Option) *authServer {
+	t.Helper()
+	cfg.Security.CertDir = t.TempDir()
+	s := &authServer{auditPath: filepath.Join(t.TempDir(), "audit.log")}
+	cfg.Security.AuditLogPath = s.auditPath
+	srv := runServer(t, cfg, opts...)
+	caPEM, err := os.ReadFile(filepath.Join(cfg.Security.CertDir, "ca.crt"))
+	if err != nil {
+		t.Fatalf("the server's CA: %v", err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		t.Fatalf("the server's CA: no certificate in %s", caPEM)
+	}
+	s.URL, s.caPEM, s.reg = srv.URL(), caPEM, srv.Metrics()
+	s.transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, ForceAttemptHTTP2: true}
+	t.Cleanup(s.transport.CloseIdleConnections)
+	return s
+}
+
+// writeTokenFile writes tokens as a --token-auth-file.
+func writeTokenFile(t *testing.T, tokens map[string]filters.UserInfo) string {
+	t.Helper()
+	var b strings.Builder
+	w := csv.NewWriter(&b)
+	for token, u := range tokens {
+		if err := w.Write([]string{token, u.Name, u.UID, strings.Join(u.Groups, ",")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Flush()
+	return writeTestFile(t, "tokens.csv", b.String())
+}
+
+// writeTestFile writes content to a file named name in a directory of the
+// test's and returns its path.
+func writeTestFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// auditLog is the audit log written so far.
+func (s *authServer) auditLog(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile(s.auditPath)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("read the audit log: %v", err)
+	}
+	return string(data)
+}
+
 // client is an HTTPS client that trusts the server and presents cert, if
 // not nil.
 func (s *authServer) client(cert *tls.Certificate) *http.Client {
-	c := s.server.Client()
+	tr := s.transport
 	if cert != nil {
-		tr := c.Transport.(*http.Transport).Clone()
+		tr = tr.Clone()
 		tr.TLSClientConfig.Certificates = []tls.Certificate{*cert}
-		c = &http.Client{Transport: tr}
 	}
-	c.Timeout = 30 * time.Second
-	return c
+	return &http.Client{Transport: tr, Timeout: 30 * time.Second}
 }
 
 // do sends a request with a bearer token (none if ""); body is JSON.
@@ -281,13 +315,13 @@ func TestImpersonation(t *testing.T) {
 		t.Fatalf("whoami as the service account: %d %s", resp.Code, resp.Body)
 	}
 	var found bool
-	for _, line := range strings.Split(strings.TrimSpace(s.audit.String()), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(s.auditLog(t)), "\n") {
 		if strings.Contains(line, `"uri":"/api/v1/namespaces/team/configmaps"`) && strings.Contains(line, `"impersonatedUser":"alice"`) {
 			found = strings.Contains(line, `"user":"root"`) && strings.Contains(line, `"impersonatedGroups":["team-a","system:authenticated"]`) && strings.Contains(line, `"code":200`)
 		}
 	}
 	if !found {
-		t.Errorf("no audit line of root as alice (user root, impersonatedUser alice, 200):\n%s", s.audit.String())
+		t.Errorf("no audit line of root as alice (user root, impersonatedUser alice, 200):\n%s", s.auditLog(t))
 	}
 }
 
@@ -521,8 +555,7 @@ func TestProfilingIsForMasters(t *testing.T) {
 func TestSelfSubjectAccessReview(t *testing.T) {
 	s := startAuthServer(t, false)
 	clientFor := func(token string) *kubernetes.Clientset {
-		cert := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.server.Certificate().Raw})
-		c, err := kubernetes.NewForConfig(&rest.Config{Host: s.URL, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: cert}})
+		c, err := kubernetes.NewForConfig(&rest.Config{Host: s.URL, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: s.caPEM}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -604,7 +637,7 @@ func TestAuditLog(t *testing.T) {
 
 	lines := map[string]auditLine{}
 	var n int
-	for _, raw := range strings.Split(strings.TrimSpace(s.audit.String()), "\n") {
+	for _, raw := range strings.Split(strings.TrimSpace(s.auditLog(t)), "\n") {
 		var l auditLine
 		if err := json.Unmarshal([]byte(raw), &l); err != nil {
 			t.Fatalf("audit line %q: %v", raw, err)
@@ -621,7 +654,7 @@ func TestAuditLog(t *testing.T) {
 		t.Helper()
 		got, ok := lines[resp.Header.Get("Audit-Id")]
 		if !ok {
-			t.Errorf("%s: no audit line with its Audit-Id %q; log:\n%s", what, resp.Header.Get("Audit-Id"), s.audit.String())
+			t.Errorf("%s: no audit line with its Audit-Id %q; log:\n%s", what, resp.Header.Get("Audit-Id"), s.auditLog(t))
 			return
 		}
 		if got.Time.Before(before.Add(-time.Second)) || got.Time.After(time.Now()) {
@@ -642,7 +675,7 @@ func TestAuditLog(t *testing.T) {
 	// Namespaces created by startAuthServer (3), the five requests above
 	// less /readyz: probes are not audited.
 	if n != 3+4 {
-		t.Errorf("%d audit lines; want 7 (no line for /readyz):\n%s", n, s.audit.String())
+		t.Errorf("%d audit lines; want 7 (no line for /readyz):\n%s", n, s.auditLog(t))
 	}
 }
 
@@ -683,10 +716,9 @@ func newTestCA(t *testing.T, name string) *testCA {
 	return &testCA{cert: cert, key: key}
 }
 
-func (ca *testCA) pool() *x509.CertPool {
-	p := x509.NewCertPool()
-	p.AddCert(ca.cert)
-	return p
+// pem is the CA's certificate, as a --client-ca-file holds it.
+func (ca *testCA) pem() []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.cert.Raw})
 }
 
 // issue signs a certificate for CommonName cn and Organizations orgs.
@@ -736,7 +768,7 @@ func TestHTTP2WatchRunsToItsEnd(t *testing.T) {
 	}
 	id := resp.Header.Get("Audit-Id")
 	var line auditLine
-	for _, raw := range strings.Split(strings.TrimSpace(s.audit.String()), "\n") {
+	for _, raw := range strings.Split(strings.TrimSpace(s.auditLog(t)), "\n") {
 		if err := json.Unmarshal([]byte(raw), &line); err == nil && line.AuditID == id {
 			break
 		}
@@ -803,7 +835,7 @@ func (s *authServer) watchingConfigMaps(t *testing.T) float64 {
 // socket) and ends the watch.
 func TestHTTP11TLSWatchNoticesHangUp(t *testing.T) {
 	s := startAuthServer(t, false)
-	tr := s.server.Client().Transport.(*http.Transport).Clone()
+	tr := s.transport.Clone()
 	tr.ForceAttemptHTTP2 = false
 	tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{} // HTTP/1.1 only
 	tr.TLSClientConfig.NextProtos = []string{"http/1.1"}

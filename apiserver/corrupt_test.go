@@ -3,8 +3,6 @@ package apiserver_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -14,14 +12,11 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 
-	"github.com/concord-dev/concord/apiserver"
-	"github.com/concord-dev/concord/apiserver/filters"
-	"github.com/concord-dev/concord/etcdstore"
+	"github.com/concord-dev/concord/cmd/concord/app"
 	"github.com/concord-dev/concord/etcdstore/etcdtest"
 	"github.com/concord-dev/concord/registry"
 )
@@ -457,38 +452,19 @@ rules:
   namespaces: [kube-system]
 `
 
-// startPolicyServer is the API behind TLS with the test tokens and policy.
+// startPolicyServer is the API behind TLS with the test tokens, client
+// certificates of a test CA and policy (--authorization-mode=Policy).
 func startPolicyServer(t *testing.T, policy string) (*authServer, *etcdtest.Etcd) {
 	t.Helper()
-	rules, err := filters.ParsePolicy([]byte(policy))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca := newTestCA(t, "test client CA")
 	e := etcdtest.Start(t)
-	stores := registry.NewStores(etcdstore.New(e.Client, "/registry"), registry.DefaultWatchConfig())
-	s := &authServer{ca: newTestCA(t, "test client CA"), reg: prometheus.NewRegistry()}
-	handler := apiserver.New(apiserver.Config{
-		Stores:         stores,
-		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Metrics:        s.reg,
-		Authentication: &filters.Authentication{Tokens: testTokens, ClientCAs: s.ca.pool()},
-		Authorizer:     filters.NewPolicyAuthorizer(rules),
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := registry.EnsureSystemNamespaces(ctx, stores); err != nil {
-		t.Fatal(err)
-	}
-	s.server = httptest.NewUnstartedServer(handler)
-	s.server.EnableHTTP2 = true
-	s.server.StartTLS()
-	t.Cleanup(func() {
-		for _, st := range stores {
-			st.StopWatches()
-		}
-		s.server.Close()
-	})
-	s.URL = s.server.URL
+	cfg := serverConfig(t, e)
+	cfg.Security.TokenAuthFile = writeTokenFile(t, testTokens)
+	cfg.Security.ClientCAFile = writeTestFile(t, "client-ca.crt", string(ca.pem()))
+	cfg.Security.AuthorizationMode = app.AuthorizationPolicy
+	cfg.Security.AuthorizationPolicyFile = writeTestFile(t, "policy.yaml", policy)
+	s := startTLSServer(t, cfg)
+	s.ca = ca
 	return s, e
 }
 

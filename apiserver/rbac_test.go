@@ -2,29 +2,19 @@ package apiserver_test
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/concord-dev/concord/apiserver"
-	"github.com/concord-dev/concord/apiserver/authorization/rbac"
 	"github.com/concord-dev/concord/apiserver/filters"
-	"github.com/concord-dev/concord/etcdstore"
+	"github.com/concord-dev/concord/cmd/concord/app"
 	"github.com/concord-dev/concord/etcdstore/etcdtest"
-	"github.com/concord-dev/concord/internal/syncbuf"
-	"github.com/concord-dev/concord/registry"
 )
 
 // rbacTokens are the users of the RBAC tests; none but root is privileged.
@@ -49,9 +39,9 @@ func (banAuthorizer) Authorize(_ context.Context, a filters.Attributes) (filters
 }
 
 // rbacServer is the API behind TLS as cmd/concord runs it with
-// --authorization-mode=RBAC,Policy: the RBAC view over the real etcd, the
-// escalation checks on the RBAC stores; Etcd is there to read what was
-// stored.
+// --authorization-mode=RBAC,Policy, and the test's authorizer first: the
+// RBAC view over the real etcd, the escalation checks on the RBAC stores,
+// kube's default roles; Etcd is there to read what was stored.
 type rbacServer struct {
 	*authServer
 	Etcd *etcdtest.Etcd
@@ -60,47 +50,10 @@ type rbacServer struct {
 func startRBACServer(t *testing.T) *rbacServer {
 	t.Helper()
 	e := etcdtest.Start(t)
-	stores := registry.NewStores(etcdstore.New(e.Client, "/registry"), registry.DefaultWatchConfig())
-	byRes := map[*registry.Resource]*registry.Store{}
-	for _, st := range stores {
-		byRes[st.Resource] = st
-	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	src := rbac.Source{Storage: etcdstore.New(e.Client, "/registry"),
-		Roles: byRes[registry.Roles], ClusterRoles: byRes[registry.ClusterRoles],
-		RoleBindings: byRes[registry.RoleBindings], ClusterRoleBindings: byRes[registry.ClusterRoleBindings]}
-	ctx, stop := context.WithCancel(context.Background())
-	view := rbac.NewView(src, log)
-	go view.Run(ctx)
-	rbacAuthz := rbac.NewAuthorizer(view)
-	chain := filters.Chain(banAuthorizer{}, rbacAuthz, filters.NewPolicyAuthorizer(nil))
-	(&rbac.Escalation{Rules: rbacAuthz, Authorizer: chain}).Install(src.Roles, src.ClusterRoles, src.RoleBindings, src.ClusterRoleBindings)
-	s := &authServer{audit: &syncbuf.Buffer{}, reg: prometheus.NewRegistry()}
-	handler := apiserver.New(apiserver.Config{
-		Stores:         stores,
-		Logger:         log,
-		Metrics:        s.reg,
-		Authentication: &filters.Authentication{Tokens: rbacTokens},
-		Authorizer:     chain,
-		AuditLog:       s.audit,
-	})
-	s.server = httptest.NewUnstartedServer(handler)
-	s.server.TLS = &tls.Config{}
-	s.server.StartTLS()
-	t.Cleanup(func() {
-		stop()
-		for _, st := range stores {
-			st.StopWatches()
-		}
-		s.server.Close()
-	})
-	s.URL = s.server.URL
-	bootCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := registry.EnsureSystemNamespaces(bootCtx, stores); err != nil {
-		t.Fatal(err)
-	}
-	out := &rbacServer{authServer: s, Etcd: e}
+	cfg := serverConfig(t, e)
+	cfg.Security.TokenAuthFile = writeTokenFile(t, rbacTokens)
+	cfg.Security.AuthorizationMode = app.AuthorizationRBAC + "," + app.AuthorizationPolicy
+	out := &rbacServer{authServer: startTLSServer(t, cfg, app.WithAuthorizer(banAuthorizer{})), Etcd: e}
 	for _, ns := range []string{"team", "other"} {
 		out.mustCreate(t, "/api/v1/namespaces", `{"metadata":{"name":"`+ns+`"}}`)
 	}
@@ -201,10 +154,12 @@ func TestSubjectAccessReview(t *testing.T) {
 			authorizationv1.SubjectAccessReviewStatus{}},
 		{"system:masters", `{"user":"x","groups":["system:masters"],"resourceAttributes":{"verb":"delete","resource":"nodes"}}`,
 			authorizationv1.SubjectAccessReviewStatus{Allowed: true, Reason: "allowed: group system:masters may do everything"}},
-		{"the built-in discovery grant needs system:authenticated", `{"user":"bob","nonResourceAttributes":{"verb":"get","path":"/version"}}`,
+		// kube's default binding of discovery, which RBAC asks before the
+		// built-in grant of the Policy mode.
+		{"the discovery grant needs system:authenticated", `{"user":"bob","nonResourceAttributes":{"verb":"get","path":"/version"}}`,
 			authorizationv1.SubjectAccessReviewStatus{}},
 		{"with system:authenticated", `{"user":"bob","groups":["system:authenticated"],"nonResourceAttributes":{"verb":"get","path":"/version"}}`,
-			authorizationv1.SubjectAccessReviewStatus{Allowed: true, Reason: "allowed: every authenticated user may read discovery, /version and OpenAPI"}},
+			authorizationv1.SubjectAccessReviewStatus{Allowed: true, Reason: `RBAC: allowed by ClusterRoleBinding "system:discovery" of ClusterRole "system:discovery" to Group "system:authenticated"`}},
 		{"the uid reaches the authorizers", `{"user":"alice","uid":"666","resourceAttributes":{"namespace":"team","verb":"get","resource":"configmaps"}}`,
 			authorizationv1.SubjectAccessReviewStatus{Denied: true, Reason: "banned: uid 666 scopes "}},
 		// Selectors narrow what is asked; RBAC grants without looking at
