@@ -139,7 +139,7 @@ func writeTokenFile(t *testing.T, tokens map[string]filters.UserInfo) string {
 
 // writeTestFile writes content to a file named name in a directory of the
 // test's and returns its path.
-func writeTestFile(t *testing.T, name, content string) string {
+func writeTestFile(t testing.TB, name, content string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), name)
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {

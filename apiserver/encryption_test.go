@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -18,11 +17,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/concord-dev/concord/apiserver"
-	"github.com/concord-dev/concord/etcdstore"
+	"github.com/concord-dev/concord/cmd/concord/app"
 	"github.com/concord-dev/concord/etcdstore/etcdtest"
-	"github.com/concord-dev/concord/registry"
-	"github.com/concord-dev/concord/registry/encryption"
 )
 
 // Keys of the encryption tests (32 bytes each, base64).
@@ -54,8 +50,9 @@ func encryptionConfig(providers ...string) string {
 	return b.String()
 }
 
-// encryptedServer is a Concord handler over a shared etcd with an
-// encryption configuration, so a test can "restart" it with another one.
+// encryptedServer is a server over a shared etcd with an
+// --encryption-provider-config, so a test can "restart" it with another
+// one.
 type encryptedServer struct {
 	*testServer
 	logs *syncBuffer
@@ -63,44 +60,26 @@ type encryptedServer struct {
 }
 
 // startEncrypted starts a server over e whose stores encrypt as config says
-// (none when config is empty).
+// (none when config is empty), serving plain HTTP to everyone.
 func startEncrypted(t *testing.T, e *etcdtest.Etcd, config string) *encryptedServer {
 	t.Helper()
-	var opts []registry.StoreOption
+	cfg := serverConfig(t, e)
+	cfg.Security.InsecureServing = true
+	cfg.Security.AnonymousAuth = true
+	cfg.Security.AuthorizationMode = app.AuthorizationAlwaysAllow
 	if config != "" {
-		ts, err := encryption.Parse([]byte(config))
-		if err != nil {
-			t.Fatalf("encryption config: %v\n%s", err, config)
-		}
-		opts = append(opts, registry.WithEncryption(ts))
+		cfg.EncryptionProviderConfig = writeTestFile(t, "encryption.yaml", config)
 	}
-	store := etcdstore.New(e.Client, "/registry")
-	stores := registry.NewStores(store, registry.DefaultWatchConfig(), opts...)
 	logs := &syncBuffer{}
-	handler := apiserver.New(apiserver.Config{
-		Stores:       stores,
-		Logger:       slog.New(slog.NewJSONHandler(logs, nil)),
-		StorageCheck: store.Check,
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := registry.EnsureSystemNamespaces(ctx, stores); err != nil {
-		t.Fatalf("system namespaces: %v", err)
-	}
-	srv := httptest.NewServer(handler)
-	stopped := false
+	srv := runServer(t, cfg, app.WithLogger(slog.New(slog.NewJSONHandler(logs, nil))))
 	stop := func() {
-		if stopped {
-			return
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("server shutdown: %v", err)
 		}
-		stopped = true
-		for _, s := range stores {
-			s.StopWatches()
-		}
-		srv.Close()
 	}
-	t.Cleanup(stop)
-	return &encryptedServer{testServer: &testServer{URL: srv.URL, Etcd: e, Stores: stores}, logs: logs, stop: stop}
+	return &encryptedServer{testServer: &testServer{URL: srv.URL(), Etcd: e, Stores: srv.Stores(), Catalog: srv.Catalog(), Handler: srv.Handler()}, logs: logs, stop: stop}
 }
 
 const secretsPath = "/api/v1/namespaces/default/secrets"
