@@ -2,7 +2,6 @@ package apiserver_test
 
 import (
 	stdcmp "cmp"
-	"context"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -12,10 +11,8 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
-	"io"
-	"log/slog"
+	"encoding/pem"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -30,19 +27,17 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/concord-dev/concord/apiserver"
-	"github.com/concord-dev/concord/apiserver/authentication/serviceaccount"
-	"github.com/concord-dev/concord/apiserver/filters"
-	"github.com/concord-dev/concord/etcdstore"
+	"github.com/concord-dev/concord/cmd/concord/app"
 	"github.com/concord-dev/concord/etcdstore/etcdtest"
 	"github.com/concord-dev/concord/registry"
 )
 
 const testIssuer = "https://concord.test"
 
-// saServer is the API with authentication by the test tokens and by
-// ServiceAccount tokens, over a real etcd: its issuer signs with signer,
-// its authenticator verifies with verify.
+// saServer is a server (cmd/concord/app) authenticating the test tokens
+// and ServiceAccount tokens (issuer testIssuer), authorizing with the
+// built-in rules, over a real etcd: its issuer signs with signer, its
+// authenticator verifies with verify.
 type saServer struct {
 	*testServer
 	stores map[string]*registry.Store
@@ -58,62 +53,59 @@ type saServerOptions struct {
 	etcd *etcdtest.Etcd
 }
 
+// startSAServer starts the server with the keys as
+// --service-account-signing-key-file and --service-account-key-file
+// files (the latter only when opts.verify is set: the signer's key
+// otherwise), serving plain HTTP.
 func startSAServer(t *testing.T, opts saServerOptions) *saServer {
 	t.Helper()
-	if opts.verify == nil {
-		opts.verify = []crypto.PublicKey{opts.signer.Public()}
-	}
 	e := opts.etcd
 	if e == nil {
 		e = etcdtest.Start(t)
 	}
-	stores := registry.NewStores(etcdstore.New(e.Client, "/registry"), registry.DefaultWatchConfig())
+	cfg := serverConfig(t, e)
+	cfg.Security.InsecureServing = true
+	cfg.Security.TokenAuthFile = writeTokenFile(t, testTokens)
+	cfg.Security.AnonymousAuth = opts.anonymous
+	cfg.Security.AuthorizationMode = app.AuthorizationPolicy
+	cfg.ServiceAccounts.Issuers = []string{testIssuer}
+	cfg.ServiceAccounts.MaxTokenExpiration = opts.maxExpiration
+	cfg.ServiceAccounts.SigningKeyFile = writeTestFile(t, "sa.key", string(privateKeyPEM(t, opts.signer)))
+	if opts.verify != nil {
+		var keys []byte
+		for _, k := range opts.verify {
+			keys = append(keys, publicKeyPEM(t, k)...)
+		}
+		cfg.ServiceAccounts.KeyFiles = []string{writeTestFile(t, "sa.pub", string(keys))}
+	}
+	srv := runServer(t, cfg)
 	byName := map[string]*registry.Store{}
-	for _, s := range stores {
+	for _, s := range srv.Stores() {
 		if s.Resource.GroupVersion.Group == "" {
 			byName[s.Resource.Plural] = s
 		}
 	}
-	issuer, err := serviceaccount.NewIssuer(serviceaccount.IssuerConfig{
-		Issuer: testIssuer, Key: opts.signer, APIAudiences: []string{testIssuer}, MaxExpiration: opts.maxExpiration,
-		ServiceAccounts: byName["serviceaccounts"], Secrets: byName["secrets"],
-	})
+	return &saServer{testServer: &testServer{URL: srv.URL(), Etcd: e, Stores: srv.Stores(), Catalog: srv.Catalog(), Handler: srv.Handler()}, stores: byName, etcd: e}
+}
+
+// privateKeyPEM is key as a PKCS #8 PEM block.
+func privateKeyPEM(t *testing.T, key crypto.Signer) []byte {
+	t.Helper()
+	der, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	authn, err := serviceaccount.NewAuthenticator(serviceaccount.AuthenticatorConfig{
-		Issuers: []string{testIssuer}, Keys: opts.verify, APIAudiences: []string{testIssuer},
-		ServiceAccounts: byName["serviceaccounts"], Secrets: byName["secrets"],
-	})
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
+}
+
+// publicKeyPEM is key as a PKIX PEM block.
+func publicKeyPEM(t *testing.T, key crypto.PublicKey) []byte {
+	t.Helper()
+	der, err := x509.MarshalPKIXPublicKey(key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	md, err := serviceaccount.NewMetadata(testIssuer, "", opts.verify)
-	if err != nil {
-		t.Fatal(err)
-	}
-	handler := apiserver.New(apiserver.Config{
-		Stores: stores,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Authentication: &filters.Authentication{
-			Tokens: testTokens, TokenAuthenticator: authn, Anonymous: opts.anonymous,
-		},
-		TokenIssuer:    issuer,
-		OpenIDMetadata: md,
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := registry.EnsureSystemNamespaces(ctx, stores); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(handler)
-	t.Cleanup(func() {
-		for _, s := range stores {
-			s.StopWatches()
-		}
-		srv.Close()
-	})
-	return &saServer{testServer: &testServer{URL: srv.URL, Etcd: e, Stores: stores}, stores: byName, etcd: e}
+	return pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
 }
 
 // as sends a request with a bearer token.
