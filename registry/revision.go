@@ -2,19 +2,19 @@ package registry
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/concord-dev/concord/internal/freshread"
 )
 
 // revisionReader reads etcd's current revision for reads served from the
 // cache, one quorum read for many of them: a read may use a revision only
 // if the etcd request that returned it was sent after the read began (so
-// that every write acknowledged before the read is at or below it). Readers
-// that arrive while a request is out wait for the next one, which starts as
-// soon as the current one returns; so under load one etcd request serves
-// every read that arrived during the previous one, as etcd batches its
-// ReadIndex.
+// that every write acknowledged before the read is at or below it). The
+// requests are shared as package freshread shares reads: readers that
+// arrive while one is out wait for the next, which starts as soon as the
+// current one returns.
 //
 // A request that one etcd member does not answer (frozen, cut off) must
 // not hold every cached read for the whole request timeout: when the
@@ -26,18 +26,7 @@ import (
 type revisionReader struct {
 	current        func(context.Context) (int64, error)
 	attemptTimeout time.Duration
-
-	mu       sync.Mutex
-	inFlight bool
-	// next is the request the readers who arrived during the one in
-	// flight wait for; nil when none is waiting.
-	next *revisionRead
-}
-
-type revisionRead struct {
-	done chan struct{}
-	rev  int64
-	err  error
+	shared         *freshread.Reader[int64]
 }
 
 const (
@@ -52,7 +41,9 @@ const (
 )
 
 func newRevisionReader(current func(context.Context) (int64, error)) *revisionReader {
-	return &revisionReader{current: current, attemptTimeout: revisionAttemptTimeout}
+	r := &revisionReader{current: current, attemptTimeout: revisionAttemptTimeout}
+	r.shared = freshread.New(r.fetch)
+	return r
 }
 
 // read returns a revision at least etcd's current revision when read was
@@ -74,48 +65,7 @@ func (r *revisionReader) read(ctx context.Context) (int64, error) {
 
 // readShared is read without the request's memo.
 func (r *revisionReader) readShared(ctx context.Context) (int64, error) {
-	r.mu.Lock()
-	if !r.inFlight {
-		// Nothing out: send one now, for this reader and whoever comes
-		// while it is out (they will need the next one).
-		r.inFlight = true
-		r.mu.Unlock()
-		read := &revisionRead{done: make(chan struct{})}
-		go r.run(read) // so that this reader stops waiting at its deadline
-		return read.wait(ctx)
-	}
-	if r.next == nil {
-		r.next = &revisionRead{done: make(chan struct{})}
-	}
-	read := r.next
-	r.mu.Unlock()
-	return read.wait(ctx)
-}
-
-// wait returns read's answer, or ctx's error if it ends first.
-func (read *revisionRead) wait(ctx context.Context) (int64, error) {
-	select {
-	case <-read.done:
-		return read.rev, read.err
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	}
-}
-
-// run sends read's request and then, while readers wait for a next one,
-// sends that too (from a goroutine of its own, so that the readers of the
-// first one are answered at once).
-func (r *revisionReader) run(read *revisionRead) {
-	read.rev, read.err = r.fetch()
-	close(read.done)
-	r.mu.Lock()
-	next := r.next
-	r.next = nil
-	r.inFlight = next != nil
-	r.mu.Unlock()
-	if next != nil {
-		go r.run(next)
-	}
+	return r.shared.Read(ctx)
 }
 
 // fetch sends the revision request, and again every attemptTimeout while

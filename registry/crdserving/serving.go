@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/concord-dev/concord/etcdstore"
+	"github.com/concord-dev/concord/internal/freshread"
 	"github.com/concord-dev/concord/registry"
 	"github.com/concord-dev/concord/registry/controller"
 )
@@ -90,18 +91,9 @@ type view struct {
 	// present: a read of the CRD sent after etcd was at this revision
 	// found it (gone).
 	present atomic.Int64
-	// checkMu guards checking (a read of the CRD's key is out) and
-	// nextCheck, the read the callers who came meanwhile share (exists).
-	checkMu   sync.Mutex
-	checking  bool
-	nextCheck *crdCheck
-}
-
-// crdCheck is one read of a CRD's key from etcd.
-type crdCheck struct {
-	done  chan struct{}
-	found bool
-	err   error
+	// exists reads whether the CRD's key is in etcd, a read shared by the
+	// writes that want one at the same time.
+	exists *freshread.Reader[bool]
 }
 
 // checkTimeout bounds a read of a CRD's key that callers share: not any
@@ -215,6 +207,7 @@ func (s *Server) apply(crd *apiextensionsv1.CustomResourceDefinition) {
 		return
 	}
 	view := &view{ref: s.crds.Ref("", crd.Name), gr: gr, uid: crd.UID, generation: crd.Generation, names: crd.Status.AcceptedNames}
+	view.exists = existsRead(s.storage, view.ref)
 	view.update(crd)
 	var stores []*registry.Store
 	for _, v := range crd.Spec.Versions {
@@ -381,7 +374,7 @@ func (s *Server) gone(ctx context.Context, name string, v *view, guardedWrite bo
 	if applied >= rev || v.present.Load() >= rev {
 		return v.gone.Load(), nil // remove marks the view before it advances
 	}
-	found, err := v.exists(ctx, s.storage)
+	found, err := v.exists.Read(ctx)
 	if err != nil {
 		return false, fmt.Errorf("read customresourcedefinition %q: %w", name, err)
 	}
@@ -392,51 +385,19 @@ func (s *Server) gone(ctx context.Context, name string, v *view, guardedWrite bo
 	return v.gone.Load(), nil
 }
 
-// exists reports whether the CRD's key is in etcd, by a read sent after
-// exists was called. Callers share reads as the registry's revision reader
-// does: one is sent when none is out; the callers who come while it is
-// out share the next, sent as soon as it returns. Without that, every
-// write of a custom object would add its own read.
-func (v *view) exists(ctx context.Context, storage registry.Storage) (bool, error) {
-	v.checkMu.Lock()
-	var c *crdCheck
-	if !v.checking {
-		v.checking = true
-		c = &crdCheck{done: make(chan struct{})}
-		go v.check(storage, c)
-	} else {
-		if v.nextCheck == nil {
-			v.nextCheck = &crdCheck{done: make(chan struct{})}
+// existsRead reads whether the CRD's key is in etcd. The writes that
+// ask at the same time share one read (freshread): without that, every
+// write of a custom object would add its own.
+func existsRead(storage registry.Storage, ref etcdstore.Ref) *freshread.Reader[bool] {
+	return freshread.New(func() (bool, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
+		defer cancel()
+		_, err := storage.Get(ctx, ref, 0)
+		if errors.Is(err, etcdstore.ErrNotFound) {
+			return false, nil
 		}
-		c = v.nextCheck
-	}
-	v.checkMu.Unlock()
-	select {
-	case <-c.done:
-		return c.found, c.err
-	case <-ctx.Done():
-		return false, ctx.Err()
-	}
-}
-
-// check sends c's read and then, while callers wait for a next one, that.
-func (v *view) check(storage registry.Storage, c *crdCheck) {
-	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
-	_, err := storage.Get(ctx, v.ref, 0)
-	cancel()
-	c.found = err == nil
-	if !errors.Is(err, etcdstore.ErrNotFound) {
-		c.err = err
-	}
-	close(c.done)
-	v.checkMu.Lock()
-	next := v.nextCheck
-	v.nextCheck = nil
-	v.checking = next != nil
-	v.checkMu.Unlock()
-	if next != nil {
-		go v.check(storage, next)
-	}
+		return err == nil, err
+	})
 }
 
 // raise makes n at least rev.
