@@ -36,6 +36,7 @@ import (
 
 	"github.com/concord-dev/concord/apiserver/filters"
 	"github.com/concord-dev/concord/cmd/concord/app"
+	apptesting "github.com/concord-dev/concord/cmd/concord/app/testing"
 	"github.com/concord-dev/concord/etcdstore/etcdtest"
 )
 
@@ -83,7 +84,7 @@ type authServer struct {
 func startAuthServer(t *testing.T, anonymous bool) *authServer {
 	t.Helper()
 	ca := newTestCA(t, "test client CA")
-	cfg := serverConfig(t, etcdtest.Start(t))
+	cfg := apptesting.Config(t, etcdtest.Start(t).Endpoint)
 	cfg.Security.TokenAuthFile = writeTokenFile(t, testTokens)
 	cfg.Security.ClientCAFile = writeTestFile(t, "client-ca.crt", string(ca.pem()))
 	cfg.Security.AnonymousAuth = anonymous
@@ -108,7 +109,7 @@ func startTLSServer(t *testing.T, cfg app.Config, opts ...app.Option) *authServe
 	cfg.Security.CertDir = t.TempDir()
 	s := &authServer{auditPath: filepath.Join(t.TempDir(), "audit.log")}
 	cfg.Security.AuditLogPath = s.auditPath
-	srv := runServer(t, cfg, opts...)
+	srv := apptesting.Run(t, cfg, opts...)
 	caPEM, err := os.ReadFile(filepath.Join(cfg.Security.CertDir, "ca.crt"))
 	if err != nil {
 		t.Fatalf("the server's CA: %v", err)

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 
 	"github.com/concord-dev/concord/cmd/concord/app"
+	apptesting "github.com/concord-dev/concord/cmd/concord/app/testing"
 	"github.com/concord-dev/concord/etcdstore/etcdtest"
 	"github.com/concord-dev/concord/registry"
 )
@@ -458,7 +459,7 @@ func startPolicyServer(t *testing.T, policy string) (*authServer, *etcdtest.Etcd
 	t.Helper()
 	ca := newTestCA(t, "test client CA")
 	e := etcdtest.Start(t)
-	cfg := serverConfig(t, e)
+	cfg := apptesting.Config(t, e.Endpoint)
 	cfg.Security.TokenAuthFile = writeTokenFile(t, testTokens)
 	cfg.Security.ClientCAFile = writeTestFile(t, "client-ca.crt", string(ca.pem()))
 	cfg.Security.AuthorizationMode = app.AuthorizationPolicy

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/concord-dev/concord/cmd/concord/app"
+	apptesting "github.com/concord-dev/concord/cmd/concord/app/testing"
 	"github.com/concord-dev/concord/etcdstore/etcdtest"
 )
 
@@ -63,7 +64,7 @@ type encryptedServer struct {
 // (none when config is empty), serving plain HTTP to everyone.
 func startEncrypted(t *testing.T, e *etcdtest.Etcd, config string) *encryptedServer {
 	t.Helper()
-	cfg := serverConfig(t, e)
+	cfg := apptesting.Config(t, e.Endpoint)
 	cfg.Security.InsecureServing = true
 	cfg.Security.AnonymousAuth = true
 	cfg.Security.AuthorizationMode = app.AuthorizationAlwaysAllow
@@ -71,7 +72,7 @@ func startEncrypted(t *testing.T, e *etcdtest.Etcd, config string) *encryptedSer
 		cfg.EncryptionProviderConfig = writeTestFile(t, "encryption.yaml", config)
 	}
 	logs := &syncBuffer{}
-	srv := runServer(t, cfg, app.WithLogger(slog.New(slog.NewJSONHandler(logs, nil))))
+	srv := apptesting.Run(t, cfg, app.WithLogger(slog.New(slog.NewJSONHandler(logs, nil))))
 	stop := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/concord-dev/concord/apiserver"
 	"github.com/concord-dev/concord/cmd/concord/app"
+	apptesting "github.com/concord-dev/concord/cmd/concord/app/testing"
 	"github.com/concord-dev/concord/etcdstore"
 	"github.com/concord-dev/concord/etcdstore/etcdtest"
 	"github.com/concord-dev/concord/registry"
@@ -96,10 +97,7 @@ func startServerWithOptions(t testing.TB, opts serverOptions) *testServer {
 		opts.logOut = io.Discard
 	}
 	e := etcdtest.Start(t)
-	cfg := serverConfig(t, e)
-	cfg.Security.InsecureServing = true
-	cfg.Security.AnonymousAuth = true
-	cfg.Security.AuthorizationMode = app.AuthorizationAlwaysAllow
+	cfg := apptesting.PlainConfig(t, e.Endpoint)
 	for _, o := range opts.cors {
 		cfg.CORSAllowedOrigins = append(cfg.CORSAllowedOrigins, o.String())
 	}
@@ -124,59 +122,8 @@ func startServerWithOptions(t testing.TB, opts serverOptions) *testServer {
 	if opts.wrap != nil {
 		appOpts = append(appOpts, app.WithStorage(opts.wrap))
 	}
-	srv := runServer(t, cfg, appOpts...)
+	srv := apptesting.Run(t, cfg, appOpts...)
 	return &testServer{URL: srv.URL(), Etcd: e, Stores: srv.Stores(), Catalog: srv.Catalog(), Handler: srv.Handler()}
-}
-
-// serverConfig is the binary's default Config over e, on a free loopback
-// port, its files in a directory of the test's, without profiling.
-func serverConfig(t testing.TB, e *etcdtest.Etcd) app.Config {
-	t.Helper()
-	cfg := app.DefaultConfig()
-	cfg.EtcdServers = []string{e.Endpoint}
-	cfg.Port = 0
-	cfg.DataDir = t.TempDir()
-	cfg.Profiling = false
-	return cfg
-}
-
-// runServer completes and validates cfg as the binary does, builds its
-// server through cmd/concord/app and runs it until the test ends (or a
-// Shutdown); it returns once the server's start-up is done. The server
-// logs nowhere and runs no controllers unless opts say otherwise.
-func runServer(t testing.TB, cfg app.Config, opts ...app.Option) *app.Server {
-	t.Helper()
-	cfg.Complete()
-	if err := cfg.Validate(); err != nil {
-		t.Fatalf("server config: %v", err)
-	}
-	opts = append([]app.Option{
-		app.WithLogger(slog.New(slog.DiscardHandler)),
-		app.WithControllers(app.Controllers{}),
-	}, opts...)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	srv, err := app.New(ctx, cfg, opts...)
-	if err != nil {
-		t.Fatalf("start the server: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(context.Background()) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("server shutdown: %v", err)
-		}
-	})
-	select {
-	case <-srv.Ready():
-	case err := <-done:
-		t.Fatalf("the server stopped before it was ready: %v", err)
-	case <-ctx.Done():
-		t.Fatal("the server is not ready after 30s")
-	}
-	return srv
 }
 
 // runNamespaceController runs the namespace controller over the catalog

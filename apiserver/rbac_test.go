@@ -14,6 +14,7 @@ import (
 
 	"github.com/concord-dev/concord/apiserver/filters"
 	"github.com/concord-dev/concord/cmd/concord/app"
+	apptesting "github.com/concord-dev/concord/cmd/concord/app/testing"
 	"github.com/concord-dev/concord/etcdstore/etcdtest"
 )
 
@@ -50,7 +51,7 @@ type rbacServer struct {
 func startRBACServer(t *testing.T) *rbacServer {
 	t.Helper()
 	e := etcdtest.Start(t)
-	cfg := serverConfig(t, e)
+	cfg := apptesting.Config(t, e.Endpoint)
 	cfg.Security.TokenAuthFile = writeTokenFile(t, rbacTokens)
 	cfg.Security.AuthorizationMode = app.AuthorizationRBAC + "," + app.AuthorizationPolicy
 	out := &rbacServer{authServer: startTLSServer(t, cfg, app.WithAuthorizer(banAuthorizer{})), Etcd: e}

@@ -28,6 +28,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/concord-dev/concord/cmd/concord/app"
+	apptesting "github.com/concord-dev/concord/cmd/concord/app/testing"
 	"github.com/concord-dev/concord/etcdstore/etcdtest"
 	"github.com/concord-dev/concord/registry"
 )
@@ -63,7 +64,7 @@ func startSAServer(t *testing.T, opts saServerOptions) *saServer {
 	if e == nil {
 		e = etcdtest.Start(t)
 	}
-	cfg := serverConfig(t, e)
+	cfg := apptesting.Config(t, e.Endpoint)
 	cfg.Security.InsecureServing = true
 	cfg.Security.TokenAuthFile = writeTokenFile(t, testTokens)
 	cfg.Security.AnonymousAuth = opts.anonymous
@@ -78,7 +79,7 @@ func startSAServer(t *testing.T, opts saServerOptions) *saServer {
 		}
 		cfg.ServiceAccounts.KeyFiles = []string{writeTestFile(t, "sa.pub", string(keys))}
 	}
-	srv := runServer(t, cfg)
+	srv := apptesting.Run(t, cfg)
 	byName := map[string]*registry.Store{}
 	for _, s := range srv.Stores() {
 		if s.Resource.GroupVersion.Group == "" {

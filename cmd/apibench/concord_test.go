@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"maps"
 	"math"
 	"net/http"
@@ -26,6 +25,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/concord-dev/concord/cmd/concord/app"
+	apptesting "github.com/concord-dev/concord/cmd/concord/app/testing"
 	"github.com/concord-dev/concord/etcdstore/etcdtest"
 	"github.com/concord-dev/concord/internal/syncbuf"
 )
@@ -37,43 +37,10 @@ import (
 func startConcord(t *testing.T) (string, *etcdtest.Etcd) {
 	t.Helper()
 	e := etcdtest.Start(t)
-	cfg := app.DefaultConfig()
-	cfg.EtcdServers = []string{e.Endpoint}
-	cfg.Port = 0
-	cfg.DataDir = t.TempDir()
-	cfg.Security.InsecureServing = true
-	cfg.Security.AnonymousAuth = true
-	cfg.Security.AuthorizationMode = app.AuthorizationAlwaysAllow
+	cfg := apptesting.PlainConfig(t, e.Endpoint)
 	// No in-flight limits: the benchmark measures the server, not them.
 	cfg.MaxRequestsInFlight, cfg.MaxMutatingRequestsInFlight, cfg.MaxRequestBytesInFlight = 0, 0, 0
-	cfg.Complete()
-	if err := cfg.Validate(); err != nil {
-		t.Fatalf("server config: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	srv, err := app.New(ctx, cfg,
-		app.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
-		app.WithControllers(app.Controllers{CRDs: true, Namespaces: true}))
-	if err != nil {
-		t.Fatalf("start concord: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(context.Background()) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("concord shutdown: %v", err)
-		}
-	})
-	select {
-	case <-srv.Ready():
-	case err := <-done:
-		t.Fatalf("concord stopped before it was ready: %v", err)
-	case <-ctx.Done():
-		t.Fatal("concord is not ready after 30s")
-	}
+	srv := apptesting.Run(t, cfg, app.WithControllers(app.Controllers{CRDs: true, Namespaces: true}))
 	return srv.URL(), e
 }
 

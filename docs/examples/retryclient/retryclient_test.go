@@ -7,9 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -19,36 +17,18 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/concord-dev/concord/apiserver"
+	apptesting "github.com/concord-dev/concord/cmd/concord/app/testing"
 	"github.com/concord-dev/concord/docs/examples/retryclient"
-	"github.com/concord-dev/concord/etcdstore"
 	"github.com/concord-dev/concord/etcdstore/etcdtest"
-	"github.com/concord-dev/concord/registry"
 )
 
 const configMapsPath = "/api/v1/namespaces/default/configmaps"
 
-// startServer runs Concord's handler on a real loopback HTTP server over a
-// real embedded etcd, as apiserver's tests do, and returns its URL.
+// startServer runs a Concord server (cmd/concord/app) serving plain HTTP
+// on loopback over a real embedded etcd, and returns its URL.
 func startServer(t *testing.T) string {
 	t.Helper()
-	e := etcdtest.Start(t)
-	stores := registry.NewStores(etcdstore.New(e.Client, "/registry"), registry.DefaultWatchConfig())
-	handler := apiserver.New(apiserver.Config{
-		Stores: stores,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if err := registry.EnsureSystemNamespaces(context.Background(), stores); err != nil {
-		t.Fatalf("system namespaces: %v", err)
-	}
-	srv := httptest.NewServer(handler)
-	t.Cleanup(func() {
-		for _, s := range stores {
-			s.StopWatches()
-		}
-		srv.Close()
-	})
-	return srv.URL
+	return apptesting.Run(t, apptesting.PlainConfig(t, etcdtest.Start(t).Endpoint)).URL()
 }
 
 // counter is a RoundTripper that counts the PUTs it sends and the 412s
@@ -238,7 +218,7 @@ func TestGivesUpAfterMaxAttempts(t *testing.T) {
 	if gaveUp.Attempts != 3 || !strings.Contains(err.Error(), "3 attempts") {
 		t.Errorf("GaveUpError.Attempts = %d, message %q; want 3 and a message saying so", gaveUp.Attempts, err)
 	}
-	if gaveUp.Last == nil || gaveUp.Last.Status.Reason != registry.StatusReasonPreconditionFailed {
+	if gaveUp.Last == nil || gaveUp.Last.Status.Reason != "PreconditionFailed" {
 		t.Errorf("GaveUpError.Last = %v; want the last 412 with reason PreconditionFailed", gaveUp.Last)
 	}
 	if puts, refused := counts.counts(); puts != 3 || refused != 3 {
