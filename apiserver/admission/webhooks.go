@@ -1,0 +1,144 @@
+// Package admission calls the admission webhooks of the stored
+// ValidatingWebhookConfigurations and MutatingWebhookConfigurations, as
+// kube-apiserver does, with kube's own webhook plugins
+// (k8s.io/apiserver/pkg/admission/plugin/webhook/{mutating,validating})
+// behind registry.Admission.
+package admission
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/admission/plugin/webhook/mutating"
+	"k8s.io/apiserver/pkg/admission/plugin/webhook/validating"
+	"k8s.io/apiserver/pkg/authentication/user"
+
+	"github.com/concord-dev/concord/apiserver/filters"
+	"github.com/concord-dev/concord/registry"
+)
+
+// Config names the stores the webhooks are read from.
+type Config struct {
+	// Validating and Mutating are the stores of
+	// validatingwebhookconfigurations and mutatingwebhookconfigurations;
+	// Namespaces the namespaces' (labels for namespaceSelector).
+	Validating, Mutating, Namespaces *registry.Store
+	Log                              *slog.Logger
+}
+
+// Webhooks is registry.Admission by the stored webhook configurations.
+type Webhooks struct {
+	validating *validating.Plugin
+	mutating   *mutating.Plugin
+	factory    *informerFactory
+	cfg        Config
+}
+
+var _ registry.Admission = (*Webhooks)(nil)
+
+// New builds the webhooks' admission; Run keeps their configurations
+// current, and until its watches have synced (Synced) a write waits for
+// them as kube's does (10 s at most, then 403 "not yet ready").
+func New(cfg Config) (*Webhooks, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	f := &informerFactory{
+		validating: newConfigInformer(),
+		mutating:   newConfigInformer(),
+		namespaces: namespaceInformer{store: cfg.Namespaces},
+	}
+	v, err := validating.NewValidatingAdmissionWebhook(nil)
+	if err != nil {
+		return nil, fmt.Errorf("validating admission webhooks: %w", err)
+	}
+	m, err := mutating.NewMutatingWebhook(nil)
+	if err != nil {
+		return nil, fmt.Errorf("mutating admission webhooks: %w", err)
+	}
+	client := namespaceClient{store: cfg.Namespaces}
+	v.SetExternalKubeClientSet(client)
+	v.SetExternalKubeInformerFactory(f)
+	if err := v.ValidateInitialization(); err != nil {
+		return nil, fmt.Errorf("validating admission webhooks: %w", err)
+	}
+	m.SetExternalKubeClientSet(client)
+	m.SetExternalKubeInformerFactory(f)
+	if err := m.ValidateInitialization(); err != nil {
+		return nil, fmt.Errorf("mutating admission webhooks: %w", err)
+	}
+	return &Webhooks{validating: v, mutating: m, factory: f, cfg: cfg}, nil
+}
+
+// Run watches the webhook configurations until ctx ends.
+func (w *Webhooks) Run(ctx context.Context) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.factory.validating.watch(ctx, w.cfg.Validating, w.cfg.Log)
+	}()
+	w.factory.mutating.watch(ctx, w.cfg.Mutating, w.cfg.Log)
+	<-done
+}
+
+// Synced is closed when both configurations' watches have synced once.
+func (w *Webhooks) Synced() <-chan struct{} {
+	both := make(chan struct{})
+	go func() {
+		<-w.factory.validating.syncedCh
+		<-w.factory.mutating.syncedCh
+		close(both)
+	}()
+	return both
+}
+
+// Mutate calls the matching mutating webhooks, in kube's order, on
+// req.Object, which they change in place.
+func (w *Webhooks) Mutate(ctx context.Context, req *registry.AdmissionRequest) error {
+	if exempt(req) {
+		return nil
+	}
+	attrs, o := attributes(ctx, req)
+	return w.mutating.Admit(ctx, attrs, o)
+}
+
+// Validate calls the matching validating webhooks (concurrently).
+func (w *Webhooks) Validate(ctx context.Context, req *registry.AdmissionRequest) error {
+	if exempt(req) {
+		return nil
+	}
+	attrs, o := attributes(ctx, req)
+	return w.validating.Validate(ctx, attrs, o)
+}
+
+// exempt are the Leases by which Concord's controllers elect their
+// runners, so that a failing webhook cannot stop them (garbage
+// collection, namespace deletion). kube's plugins exempt the webhook
+// configurations themselves.
+func exempt(req *registry.AdmissionRequest) bool {
+	r := req.Resource
+	return r.GroupVersion.Group == coordinationv1.GroupName && r.Plural == "leases" &&
+		req.Namespace == metav1.NamespaceSystem && strings.HasPrefix(req.Name, "concord-")
+}
+
+// attributes are req as kube's admission sees it, with the user of ctx.
+func attributes(ctx context.Context, req *registry.AdmissionRequest) (admission.Attributes, admission.ObjectInterfaces) {
+	r := req.Resource
+	gvr := r.GroupVersion.WithResource(r.Plural)
+	kind := r.GroupVersion.WithKind(r.Kind)
+	if req.Subresource == "scale" {
+		kind = autoscalingv1.SchemeGroupVersion.WithKind("Scale")
+	}
+	var u user.Info
+	if info := filters.UserOf(ctx); info != nil {
+		u = &user.DefaultInfo{Name: info.Name, UID: info.UID, Groups: info.Groups, Extra: info.Extra}
+	}
+	attrs := admission.NewAttributesRecord(req.Object, req.OldObject, kind, req.Namespace, req.Name, gvr, req.Subresource, req.Operation, req.Options, req.DryRun, u)
+	return attrs, objectInterfaces(kind)
+}
