@@ -14,6 +14,7 @@ import (
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/admission/plugin/webhook/mutating"
 	"k8s.io/apiserver/pkg/admission/plugin/webhook/validating"
@@ -135,10 +136,35 @@ func attributes(ctx context.Context, req *registry.AdmissionRequest) (admission.
 	if req.Subresource == "scale" {
 		kind = autoscalingv1.SchemeGroupVersion.WithKind("Scale")
 	}
-	var u user.Info
+	// No user when the API is open (no authentication): kube's plugins
+	// need one, so an empty one.
+	u := &user.DefaultInfo{}
 	if info := filters.UserOf(ctx); info != nil {
 		u = &user.DefaultInfo{Name: info.Name, UID: info.UID, Groups: info.Groups, Extra: info.Extra}
 	}
-	attrs := admission.NewAttributesRecord(req.Object, req.OldObject, kind, req.Namespace, req.Name, gvr, req.Subresource, req.Operation, req.Options, req.DryRun, u)
+	attrs := admission.NewAttributesRecord(req.Object, req.OldObject, kind, req.Namespace, req.Name, gvr, req.Subresource, req.Operation, typedOptions(req.Options), req.DryRun, u)
 	return attrs, objectInterfaces(kind)
+}
+
+// typedOptions are the write's options with their apiVersion and kind,
+// as kube's handlers set them before admission (a webhook receives
+// them): a copy, the store's are its own.
+func typedOptions(opts runtime.Object) runtime.Object {
+	if opts == nil || !opts.GetObjectKind().GroupVersionKind().Empty() {
+		return opts
+	}
+	var kind string
+	switch opts.(type) {
+	case *metav1.CreateOptions:
+		kind = "CreateOptions"
+	case *metav1.UpdateOptions:
+		kind = "UpdateOptions"
+	case *metav1.DeleteOptions:
+		kind = "DeleteOptions"
+	default:
+		return opts
+	}
+	opts = opts.DeepCopyObject()
+	opts.GetObjectKind().SetGroupVersionKind(metav1.SchemeGroupVersion.WithKind(kind))
+	return opts
 }
