@@ -106,7 +106,17 @@ func (w *Webhooks) Mutate(ctx context.Context, req *registry.AdmissionRequest) e
 		return nil
 	}
 	attrs, o := attributes(ctx, req)
-	return w.mutating.Admit(ctx, attrs, o)
+	if err := w.mutating.Admit(ctx, attrs, o); err != nil {
+		return err
+	}
+	// As kube's admission chain: once more when a webhook changed the
+	// object after one with reinvocationPolicy IfNeeded was called (the
+	// plugin calls only those again).
+	if rc := attrs.GetReinvocationContext(); rc.ShouldReinvoke() {
+		rc.SetIsReinvoke()
+		return w.mutating.Admit(ctx, attrs, o)
+	}
+	return nil
 }
 
 // Validate calls the matching validating webhooks (concurrently).

@@ -144,6 +144,7 @@ type hook struct {
 	ns, obj     *metav1.LabelSelector
 	conditions  []admissionregistrationv1.MatchCondition
 	sideEffects admissionregistrationv1.SideEffectClass
+	reinvoke    bool // reinvocationPolicy IfNeeded (mutating)
 }
 
 func (h hook) clientConfig(s *webhookServer) admissionregistrationv1.WebhookClientConfig {
@@ -180,6 +181,13 @@ func (h hook) effects() *admissionregistrationv1.SideEffectClass {
 		return ptr.To(admissionregistrationv1.SideEffectClassNone)
 	}
 	return ptr.To(h.sideEffects)
+}
+
+func (h hook) reinvocation() *admissionregistrationv1.ReinvocationPolicyType {
+	if h.reinvoke {
+		return ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy)
+	}
+	return ptr.To(admissionregistrationv1.NeverReinvocationPolicy)
 }
 
 func (h hook) timeoutSeconds() *int32 {
@@ -292,7 +300,8 @@ func (v *env) mutatingConfig(t *testing.T, name string, hooks ...hook) {
 	for _, h := range hooks {
 		cfg.Webhooks = append(cfg.Webhooks, admissionregistrationv1.MutatingWebhook{
 			Name: h.name, ClientConfig: h.clientConfig(v.server), Rules: h.rules(), FailurePolicy: h.policy(),
-			SideEffects: h.effects(), TimeoutSeconds: h.timeoutSeconds(), AdmissionReviewVersions: []string{"v1"},
+			ReinvocationPolicy: h.reinvocation(),
+			SideEffects:        h.effects(), TimeoutSeconds: h.timeoutSeconds(), AdmissionReviewVersions: []string{"v1"},
 			NamespaceSelector: h.ns, ObjectSelector: h.obj, MatchConditions: h.conditions,
 		})
 	}
@@ -432,6 +441,29 @@ func TestMutate(t *testing.T) {
 	}
 	if got := len(v.server.calls("/patch")); got != 1 {
 		t.Fatalf("the mutating webhook was called %d times after a Validate; want 1", got)
+	}
+}
+
+// TestReinvocation: a webhook with reinvocationPolicy IfNeeded is called
+// again when a later one changed the object; one with Never is not.
+func TestReinvocation(t *testing.T) {
+	v := newEnv(t)
+	v.mutatingConfig(t, "reinvoke",
+		hook{name: "again.example.com", path: "/again", reinvoke: true},
+		hook{name: "patch.example.com", path: "/patch"})
+	req := v.create("default", "cm", nil)
+	if err := v.w.Mutate(v.ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	again, patch := v.server.calls("/again"), v.server.calls("/patch")
+	if len(again) != 2 || len(patch) != 1 {
+		t.Fatalf("called again.example.com %d times and patch.example.com %d; want 2 and 1", len(again), len(patch))
+	}
+	if !strings.Contains(string(again[1].Object.Raw), `"mutated":"yes"`) {
+		t.Fatalf("the second call was sent %s; want the patched object", again[1].Object.Raw)
+	}
+	if got := req.Object.(*corev1.ConfigMap).Labels["mutated"]; got != "yes" {
+		t.Fatalf("label mutated=%q; want yes", got)
 	}
 }
 
