@@ -28,6 +28,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/utils/ptr"
@@ -137,7 +139,8 @@ func (s *webhookServer) calls(path string) []admissionv1.AdmissionRequest {
 type hook struct {
 	name, path  string
 	url         string // instead of the server's path
-	ignore      bool   // failurePolicy Ignore, else Fail
+	service     *admissionregistrationv1.ServiceReference
+	ignore      bool // failurePolicy Ignore, else Fail
 	timeout     int32
 	resources   []string // configmaps when empty
 	groups      []string // the core group when empty
@@ -148,6 +151,9 @@ type hook struct {
 }
 
 func (h hook) clientConfig(s *webhookServer) admissionregistrationv1.WebhookClientConfig {
+	if h.service != nil {
+		return admissionregistrationv1.WebhookClientConfig{Service: h.service, CABundle: s.caPEM}
+	}
 	url := h.url
 	if url == "" {
 		url = s.URL + h.path
@@ -386,6 +392,62 @@ func TestValidatingAnswers(t *testing.T) {
 			}
 			wantRefused(t, err, tc.code, tc.reason, tc.message)
 		})
+	}
+}
+
+// TestService: clientConfig.service is called at
+// https://<name>.<namespace>.svc:<port><path>, as kube's default resolver
+// has it.
+func TestService(t *testing.T) {
+	v := newEnv(t)
+	v.validatingConfig(t, "service", hook{name: "svc.example.com", timeout: 1, service: &admissionregistrationv1.ServiceReference{
+		Namespace: "webhooks", Name: "validator", Path: ptr.To("/validate"), Port: ptr.To[int32](8443),
+	}})
+	s := statusOf(t, v.w.Validate(v.ctx, v.create("default", "cm", nil)))
+	prefix := `Internal error occurred: failed calling webhook "svc.example.com": failed to call webhook: Post "https://validator.webhooks.svc:8443/validate?timeout=1s": `
+	if s.Code != 500 || !strings.HasPrefix(s.Message, prefix) {
+		t.Fatalf("refused with %d %q; want 500 %q…", s.Code, s.Message, prefix)
+	}
+}
+
+// TestCustomResource: custom resources are unstructured; a patch changes
+// the request's object, and a rule for x/status matches only the status
+// subresource.
+func TestCustomResource(t *testing.T) {
+	v := newEnv(t)
+	widgets := &registry.Resource{GroupVersion: schema.GroupVersion{Group: "example.com", Version: "v1"}, Kind: "Widget", Plural: "widgets", Namespaced: true}
+	v.mutatingConfig(t, "widgets", hook{name: "patch.example.com", path: "/patch", groups: []string{"example.com"}, resources: []string{"widgets"}})
+	v.validatingConfig(t, "widget-status", hook{name: "deny.example.com", path: "/deny", groups: []string{"example.com"}, resources: []string{"widgets/status"}})
+	widget := func() *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "example.com/v1", "kind": "Widget",
+			"metadata": map[string]any{"name": "w", "namespace": "default"},
+			"spec":     map[string]any{"size": int64(1)},
+		}}
+	}
+	create := &registry.AdmissionRequest{Operation: admission.Create, Resource: widgets, Namespace: "default", Name: "w", Object: widget(), Options: &metav1.CreateOptions{}}
+	obj := create.Object
+	if err := v.w.Mutate(v.ctx, create); err != nil {
+		t.Fatal(err)
+	}
+	u := obj.(*unstructured.Unstructured)
+	if create.Object != obj || u.GetLabels()["mutated"] != "yes" || u.Object["spec"].(map[string]any)["size"] != int64(1) {
+		t.Fatalf("mutated to %v (the same object: %v); want the label added to it, the spec kept", u.Object, create.Object == obj)
+	}
+	if got := v.server.calls("/patch"); len(got) != 1 || got[0].Kind != (metav1.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "Widget"}) {
+		t.Fatalf("the mutating webhook received %+v; want one Widget", got)
+	}
+	update := func(subresource string) *registry.AdmissionRequest {
+		return &registry.AdmissionRequest{Operation: admission.Update, Resource: widgets, Subresource: subresource, Namespace: "default", Name: "w",
+			Object: widget(), OldObject: widget(), Options: &metav1.UpdateOptions{}}
+	}
+	if err := v.w.Validate(v.ctx, update("")); err != nil {
+		t.Fatalf("an update of the widget refused: %v", err)
+	}
+	wantRefused(t, v.w.Validate(v.ctx, update("status")), 403, metav1.StatusReasonForbidden,
+		`admission webhook "deny.example.com" denied the request: no configmaps here`)
+	if got := v.server.calls("/deny"); len(got) != 1 || got[0].SubResource != "status" {
+		t.Fatalf("the status webhook received %+v; want one status update", got)
 	}
 }
 
