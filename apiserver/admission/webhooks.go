@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -39,6 +40,7 @@ type Webhooks struct {
 	mutating   *mutating.Plugin
 	factory    *informerFactory
 	cfg        Config
+	synced     chan struct{}
 }
 
 var _ registry.Admission = (*Webhooks)(nil)
@@ -74,30 +76,30 @@ func New(cfg Config) (*Webhooks, error) {
 	if err := m.ValidateInitialization(); err != nil {
 		return nil, fmt.Errorf("mutating admission webhooks: %w", err)
 	}
-	return &Webhooks{validating: v, mutating: m, factory: f, cfg: cfg}, nil
+	return &Webhooks{validating: v, mutating: m, factory: f, cfg: cfg, synced: make(chan struct{})}, nil
 }
 
 // Run watches the webhook configurations until ctx ends.
 func (w *Webhooks) Run(ctx context.Context) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		w.factory.validating.watch(ctx, w.cfg.Validating, w.cfg.Log)
-	}()
-	w.factory.mutating.watch(ctx, w.cfg.Mutating, w.cfg.Log)
-	<-done
+	var wg sync.WaitGroup
+	wg.Go(func() { w.factory.validating.watch(ctx, w.cfg.Validating, w.cfg.Log) })
+	wg.Go(func() { w.factory.mutating.watch(ctx, w.cfg.Mutating, w.cfg.Log) })
+	wg.Go(func() {
+		for _, i := range []*configInformer{w.factory.validating, w.factory.mutating} {
+			select {
+			case <-i.syncedCh:
+			case <-ctx.Done():
+				return
+			}
+		}
+		close(w.synced)
+	})
+	wg.Wait()
 }
 
-// Synced is closed when both configurations' watches have synced once.
-func (w *Webhooks) Synced() <-chan struct{} {
-	both := make(chan struct{})
-	go func() {
-		<-w.factory.validating.syncedCh
-		<-w.factory.mutating.syncedCh
-		close(both)
-	}()
-	return both
-}
+// Synced is closed when both configurations' watches have synced once
+// (Run has read every stored configuration).
+func (w *Webhooks) Synced() <-chan struct{} { return w.synced }
 
 // Mutate calls the matching mutating webhooks, in kube's order, on
 // req.Object, which they change in place.
