@@ -746,23 +746,34 @@ func TestExempt(t *testing.T) {
 func TestMetrics(t *testing.T) {
 	v := newEnv(t)
 	v.validatingConfig(t, "metrics", hook{name: "metrics.example.com", path: "/deny"})
-	if err := v.w.Validate(v.ctx, v.create("default", "cm", nil)); err == nil {
-		t.Fatal("admitted; want the denial")
-	}
-	families, err := legacyregistry.DefaultGatherer.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []struct {
+	series := []struct {
 		family string
 		labels map[string]string
 	}{
 		{"apiserver_admission_webhook_rejection_count", map[string]string{"name": "metrics.example.com", "type": "validating", "operation": "CREATE", "error_type": "no_error", "rejection_code": "403"}},
 		{"apiserver_admission_webhook_request_total", map[string]string{"name": "metrics.example.com", "type": "validating", "operation": "CREATE", "code": "403", "rejected": "true"}},
 		{"apiserver_admission_webhook_admission_duration_seconds", map[string]string{"name": "metrics.example.com", "type": "validating", "operation": "CREATE", "rejected": "true"}},
-	} {
-		if got := sampleCount(families, want.family, want.labels); got != 1 {
-			t.Errorf("%s%v counted %d; want 1", want.family, want.labels, got)
+	}
+	// The registry is the process's: the counts before this test's call.
+	gather := func() []uint64 {
+		t.Helper()
+		families, err := legacyregistry.DefaultGatherer.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var counts []uint64
+		for _, s := range series {
+			counts = append(counts, sampleCount(families, s.family, s.labels))
+		}
+		return counts
+	}
+	before := gather()
+	if err := v.w.Validate(v.ctx, v.create("default", "cm", nil)); err == nil {
+		t.Fatal("admitted; want the denial")
+	}
+	for i, after := range gather() {
+		if after-before[i] != 1 {
+			t.Errorf("%s%v counted %d more; want 1", series[i].family, series[i].labels, after-before[i])
 		}
 	}
 }
