@@ -130,6 +130,9 @@ func (s *Store) markNamespace(ctx context.Context, name string, opts *metav1.Del
 	if err := s.checkDelete(stored, shared, opts, conds); err != nil {
 		return nil, false, err
 	}
+	if err := s.admitDelete(ctx, shared, opts, conds); err != nil {
+		return nil, false, err
+	}
 	ns := copyObject(shared).(*corev1.Namespace)
 	if ns.DeletionTimestamp != nil {
 		return ns, false, nil
