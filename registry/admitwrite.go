@@ -158,3 +158,16 @@ func admissionError(err error) error {
 	}
 	return apierrors.NewInternalError(err)
 }
+
+// confirmed reports whether a write that ended without writing, decided on
+// the remembered state at rev (recent.go), may be answered as decided:
+// with an Admission, whose webhooks kube calls once per decision, a read
+// confirming rev is current replaces deciding again. Without one the write
+// is decided again, as before.
+func (s *Store) confirmed(ctx context.Context, namespace, name string, rev int64) bool {
+	if s.admitter == nil {
+		return false
+	}
+	stored, _, _, err := s.readForWrite(ctx, namespace, name, false)
+	return err == nil && stored.Revision == rev
+}

@@ -115,7 +115,7 @@ func (s *Store) deleteNamespace(ctx context.Context, name string, opts *metav1.D
 		} else {
 			out, wrote, err = s.markNamespace(ctx, name, opts, conds, stored, shared)
 		}
-		if errors.Is(err, errRaced) || (remembered && !wrote && !isOutcomeUnknown(err)) {
+		if errors.Is(err, errRaced) || (remembered && !wrote && !isOutcomeUnknown(err) && !s.confirmed(ctx, "", name, stored.Revision)) {
 			continue
 		}
 		return out, err

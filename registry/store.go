@@ -238,6 +238,8 @@ func (s *Store) Create(ctx context.Context, namespace string, obj Object, opts W
 	if err := s.decodeRequest(obj, opts); err != nil {
 		return nil, err
 	}
+	obj.SetUID("")
+	obj.SetCreationTimestamp(metav1.Time{})
 	obj.SetDeletionTimestamp(nil)
 	obj.SetDeletionGracePeriodSeconds(nil)
 	obj.SetGeneration(0)
@@ -477,7 +479,7 @@ func (s *Store) replace(ctx context.Context, namespace, name string, opts WriteO
 			return nil, false, StatusError(err, gr, name)
 		}
 		out, wrote, err := s.replaceFrom(ctx, namespace, name, opts, build, stored, old)
-		if errors.Is(err, errRaced) || (remembered && !wrote && !isOutcomeUnknown(err)) {
+		if errors.Is(err, errRaced) || (remembered && !wrote && !isOutcomeUnknown(err) && !s.confirmed(ctx, namespace, name, stored.Revision)) {
 			continue
 		}
 		return out, false, err
@@ -679,7 +681,7 @@ func (s *Store) Delete(ctx context.Context, namespace, name string, opts *metav1
 			return nil, StatusError(err, gr, name)
 		}
 		out, wrote, err := s.deleteFrom(ctx, namespace, name, opts, conds, stored, shared)
-		if errors.Is(err, errRaced) || (remembered && !wrote && !isOutcomeUnknown(err)) {
+		if errors.Is(err, errRaced) || (remembered && !wrote && !isOutcomeUnknown(err) && !s.confirmed(ctx, namespace, name, stored.Revision)) {
 			continue
 		}
 		return out, err
