@@ -542,3 +542,32 @@ func TestAdmissionCannotRename(t *testing.T) {
 		})
 	}
 }
+
+// TestAdmissionMutationValidated: the object is validated as mutating
+// admission left it, on a create as on an update (422, nothing stored).
+func TestAdmissionMutationValidated(t *testing.T) {
+	f := newAdmissionFixture(t)
+	ctx := testCtx(t)
+	if _, err := f.plain.Create(ctx, "default", configMap("valid", map[string]string{"a": "1"}), WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.adm.mutate = func(req *AdmissionRequest) error {
+		req.Object.(*corev1.ConfigMap).Data["bad key!"] = "x"
+		return nil
+	}
+	_, createErr := f.configMaps.Create(ctx, "default", configMap("invalid", map[string]string{"a": "1"}), WriteOptions{})
+	_, patchErr := f.configMaps.Patch(ctx, "default", "valid", types.MergePatchType, []byte(`{"data":{"a":"2"}}`), WriteOptions{})
+	cm := configMap("valid", map[string]string{"a": "3"})
+	_, _, updateErr := f.configMaps.Update(ctx, "default", "valid", cm, WriteOptions{IfMatch: func(string) bool { return true }})
+	for what, err := range map[string]error{"create": createErr, "patch": patchErr, "update": updateErr} {
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "bad key!") {
+			t.Errorf("%s mutated to an invalid key: %v; want 422 naming it", what, err)
+		}
+	}
+	if _, err := f.plain.GetFromStorage(ctx, "default", "invalid"); !apierrors.IsNotFound(err) {
+		t.Errorf("invalid create stored: %v", err)
+	}
+	if got, err := f.plain.GetFromStorage(ctx, "default", "valid"); err != nil || got.(*corev1.ConfigMap).Data["a"] != "1" {
+		t.Errorf("valid changed: %v, %v", got, err)
+	}
+}
