@@ -409,8 +409,9 @@ func (s *Store) Update(ctx context.Context, namespace, name string, obj Object, 
 		// (the stored ones stay): they fail no replace.
 		obj.SetManagedFields(nil)
 	}
-	// With admission the object is validated once mutated, in
-	// prepareUpdate, as kube validates what its webhooks made of it.
+	// With admission the object is validated once mutated, by
+	// prepareUpdate's ValidateUpdate (which covers Validate), as kube
+	// validates what its webhooks made of it.
 	if s.admitter == nil {
 		if err := s.validateAlone(obj, false); err != nil {
 			return nil, false, err
@@ -651,10 +652,6 @@ func (s *Store) prepareUpdate(ctx context.Context, in, old Object, strategy Upda
 	strategy.PrepareForUpdate(obj, old)
 	errs := apivalidation.ValidateObjectMetaAccessor(obj, s.Resource.Namespaced, s.Resource.NameValidation, field.NewPath("metadata"))
 	errs = append(errs, apivalidation.ValidateObjectMetaAccessorUpdate(obj, old, field.NewPath("metadata"))...)
-	if s.admitter != nil && !opts.status && !opts.finalize && !s.Resource.ValidateCreatesOnly {
-		// What Update checks before the write when nothing can mutate it.
-		errs = append(errs, s.Resource.Strategy.Validate(obj)...)
-	}
 	if v, ok := strategy.(contextUpdateValidator); ok {
 		errs = append(errs, v.validateUpdateContext(ctx, obj, old)...)
 	} else {
