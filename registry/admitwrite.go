@@ -29,6 +29,7 @@ func (s *Store) admissionRequest(op admission.Operation, namespace, name string,
 		Subresource: opts.subresource(),
 		Namespace:   namespace,
 		Name:        name,
+		Object:      obj,
 		DryRun:      opts.DryRun,
 	}
 	switch {
@@ -36,9 +37,6 @@ func (s *Store) admissionRequest(op admission.Operation, namespace, name string,
 		req.Namespace = name // as kube's handlers name a Namespace's
 	case !s.Resource.Namespaced:
 		req.Namespace = ""
-	}
-	if obj != nil {
-		req.Object = obj
 	}
 	if old != nil {
 		req.OldObject = copyObject(old) // the stored state may be shared
@@ -74,19 +72,25 @@ func (opts WriteOptions) subresource() string {
 	return ""
 }
 
-// mutate runs the mutating step on req and returns the object it left. It
-// may not change the object's name, namespace or uid: refused as kube's
-// metadata update validation refuses them (422, field is immutable).
-// oldUID is the stored object's uid, which an update may fill in.
-func (s *Store) mutate(ctx context.Context, req *AdmissionRequest, oldUID string) (Object, error) {
+// mutate runs the mutating step on obj, a write over old, and returns the
+// object it left. It may not change the object's name, namespace or uid:
+// refused as kube's metadata update validation refuses them (422, field is
+// immutable); an update's object without a uid may be given old's.
+func (s *Store) mutate(ctx context.Context, op admission.Operation, namespace, name string, obj, old Object, opts WriteOptions) (Object, error) {
 	if s.admitter == nil {
-		obj, _ := req.Object.(Object)
 		return obj, nil
 	}
-	var name, namespace, uid string
+	return s.mutateRequest(ctx, s.admissionRequest(op, namespace, name, obj, old, opts), old)
+}
+
+func (s *Store) mutateRequest(ctx context.Context, req *AdmissionRequest, old Object) (Object, error) {
+	var name, namespace, uid, oldUID string
 	if req.Object != nil {
 		before := req.Object.(Object)
 		name, namespace, uid = before.GetName(), before.GetNamespace(), string(before.GetUID())
+	}
+	if old != nil {
+		oldUID = string(old.GetUID())
 	}
 	if err := s.admitter.Mutate(ctx, req); err != nil {
 		return nil, admissionError(err)
@@ -111,12 +115,12 @@ func (s *Store) mutate(ctx context.Context, req *AdmissionRequest, oldUID string
 	return obj, nil
 }
 
-// validateAdmission runs the validating step on req.
-func (s *Store) validateAdmission(ctx context.Context, req *AdmissionRequest) error {
+// validateAdmission runs the validating step on obj, a write over old.
+func (s *Store) validateAdmission(ctx context.Context, op admission.Operation, namespace, name string, obj, old Object, opts WriteOptions) error {
 	if s.admitter == nil {
 		return nil
 	}
-	return admissionError(s.admitter.Validate(ctx, req))
+	return admissionError(s.admitter.Validate(ctx, s.admissionRequest(op, namespace, name, obj, old, opts)))
 }
 
 // admitDelete runs both steps for a delete of old with opts, as kube's
@@ -141,10 +145,10 @@ func (s *Store) admitDelete(ctx context.Context, old Object, opts *metav1.Delete
 		o.DryRun = []string{metav1.DryRunAll}
 	}
 	req.Options = o
-	if _, err := s.mutate(ctx, req, ""); err != nil {
+	if _, err := s.mutateRequest(ctx, req, old); err != nil {
 		return err
 	}
-	return s.validateAdmission(ctx, req)
+	return admissionError(s.admitter.Validate(ctx, req))
 }
 
 // admissionError is err as a write answers it: a Status as it is,

@@ -251,7 +251,7 @@ func (s *Store) Create(ctx context.Context, namespace string, obj Object, opts W
 	// Mutating admission sees the object before the store fills uid,
 	// creationTimestamp and a generated name, as kube's create handler
 	// admits it before its store's BeforeCreate.
-	if obj, err = s.mutate(ctx, s.admissionRequest(admission.Create, namespace, obj.GetName(), obj, nil, opts), ""); err != nil {
+	if obj, err = s.mutate(ctx, admission.Create, namespace, obj.GetName(), obj, nil, opts); err != nil {
 		return nil, err
 	}
 	obj.SetUID(types.UID(uuid.NewString()))
@@ -275,7 +275,7 @@ func (s *Store) Create(ctx context.Context, namespace string, obj Object, opts W
 		}
 		// Each attempt is validated on what it stores (a new generated
 		// name, managedFields dropped), as kube's store validates each.
-		if err := s.validateAdmission(ctx, s.admissionRequest(admission.Create, namespace, obj.GetName(), obj, nil, opts)); err != nil {
+		if err := s.validateAdmission(ctx, admission.Create, namespace, obj.GetName(), obj, nil, opts); err != nil {
 			return nil, err
 		}
 		value, err := s.encode(s.keyOf(namespace, obj.GetName()), obj)
@@ -633,7 +633,7 @@ func (s *Store) prepareUpdate(ctx context.Context, in, old Object, strategy Upda
 	}
 	// Mutating admission sees the client's object (patched, applied) with
 	// its managedFields, before the stored metadata is carried over.
-	if obj, err = s.mutate(ctx, s.admissionRequest(admission.Update, old.GetNamespace(), old.GetName(), obj, old, opts), string(old.GetUID())); err != nil {
+	if obj, err = s.mutate(ctx, admission.Update, old.GetNamespace(), old.GetName(), obj, old, opts); err != nil {
 		return nil, err
 	}
 	gr := s.Resource.GroupResource()
@@ -660,7 +660,7 @@ func (s *Store) prepareUpdate(ctx context.Context, in, old Object, strategy Upda
 	if len(errs) > 0 {
 		return nil, apierrors.NewInvalid(s.Resource.GroupVersionKind().GroupKind(), obj.GetName(), errs)
 	}
-	if err := s.validateAdmission(ctx, s.admissionRequest(admission.Update, old.GetNamespace(), old.GetName(), obj, old, opts)); err != nil {
+	if err := s.validateAdmission(ctx, admission.Update, old.GetNamespace(), old.GetName(), obj, old, opts); err != nil {
 		return nil, err
 	}
 	return obj, nil
