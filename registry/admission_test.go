@@ -571,3 +571,54 @@ func TestAdmissionMutationValidated(t *testing.T) {
 		t.Errorf("valid changed: %v, %v", got, err)
 	}
 }
+
+// TestAdmissionOfDeletesAgainAfterConflict: a delete that loses its race is
+// admitted again with the new stored object; a Namespace's delete is
+// admitted with its own name as namespace, as kube's.
+func TestAdmissionOfDeletesAgainAfterConflict(t *testing.T) {
+	f := newAdmissionFixture(t)
+	ctx := testCtx(t)
+	if _, err := f.plain.Create(ctx, "default", configMap("gone", map[string]string{"a": "1"}), WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	f.adm.validate = func(*AdmissionRequest) error {
+		once.Do(func() {
+			if _, err := f.plain.Patch(ctx, "default", "gone", types.MergePatchType, []byte(`{"data":{"a":"2"}}`), WriteOptions{}); err != nil {
+				t.Errorf("concurrent patch: %v", err)
+			}
+		})
+		return nil
+	}
+	if _, err := f.configMaps.Delete(ctx, "default", "gone", nil, WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var olds []string
+	for _, c := range f.adm.take() {
+		olds = append(olds, c.step+" "+c.req.OldObject.(*corev1.ConfigMap).Data["a"])
+	}
+	if diff := cmp.Diff([]string{"mutate 1", "validate 1", "mutate 2", "validate 2"}, olds); diff != "" {
+		t.Errorf("admission of the delete, with the old data (-want +got):\n%s", diff)
+	}
+	if _, err := f.plain.GetFromStorage(ctx, "default", "gone"); !apierrors.IsNotFound(err) {
+		t.Errorf("get after delete: %v; want 404", err)
+	}
+
+	f.adm.validate = nil
+	namespaces := f.configMaps.namespaces
+	if _, err := namespaces.Create(ctx, "", &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team"}}, WriteOptions{FieldManager: "m"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := namespaces.Delete(ctx, "", "team", nil, WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var got []call
+	for _, c := range f.adm.take() {
+		got = append(got, callOf(c))
+	}
+	want := append(both(call{op: "CREATE", namespace: "team", name: "team", object: true, options: "CreateOptions m "}),
+		both(call{op: "DELETE", namespace: "team", name: "team", old: true, options: "DeleteOptions  "})...)
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(call{})); diff != "" {
+		t.Errorf("admission of a Namespace (-want +got):\n%s", diff)
+	}
+}
