@@ -271,7 +271,7 @@ func (h *resourceHandler) trackedScale(conds registry.WriteOptions, build func(c
 // (If-Match, or a patch, which is applied to what was read), by the
 // revision read, reading again when another write lands first.
 func (h *resourceHandler) writeScale(ctx context.Context, sc registry.ScaleSubresource, conds registry.WriteOptions, patch bool, build scaleWrite) (*autoscalingv1.Scale, error) {
-	conds.Tracked = true
+	conds.Tracked, conds.Scale = true, true
 	for attempt := 1; ; attempt++ {
 		obj, err := h.store.Get(ctx, h.namespace, h.name)
 		if err != nil {

@@ -41,3 +41,9 @@ type AdmissionRequest struct {
 	Options runtime.Object
 	DryRun  bool
 }
+
+// WithAdmission makes the stores call a on every write, as
+// kube-apiserver calls its admission chain; nil calls none.
+func WithAdmission(a Admission) StoreOption {
+	return func(s *Store) { s.admitter = a }
+}

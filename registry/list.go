@@ -375,6 +375,7 @@ func (s *Store) DeleteCollection(ctx context.Context, namespace string, listOpts
 		return nil, fmt.Errorf("delete collection: %w", err)
 	}
 	deleted := make([]runtime.Object, 0, len(items))
+	opts.collection = true
 	for _, item := range items {
 		obj := item.(Object)
 		if _, err := s.Delete(ctx, obj.GetNamespace(), obj.GetName(), delOpts, opts); apierrors.IsNotFound(err) {

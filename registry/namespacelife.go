@@ -115,7 +115,7 @@ func (s *Store) deleteNamespace(ctx context.Context, name string, opts *metav1.D
 		} else {
 			out, wrote, err = s.markNamespace(ctx, name, opts, conds, stored, shared)
 		}
-		if errors.Is(err, errRaced) || (remembered && !wrote && !isOutcomeUnknown(err)) {
+		if errors.Is(err, errRaced) || (remembered && !wrote && !isOutcomeUnknown(err) && !s.confirmed(ctx, "", name, stored.Revision)) {
 			continue
 		}
 		return out, err
@@ -128,6 +128,9 @@ func (s *Store) deleteNamespace(ctx context.Context, name string, opts *metav1.D
 // the namespace; one marked already is answered as it is.
 func (s *Store) markNamespace(ctx context.Context, name string, opts *metav1.DeleteOptions, conds WriteOptions, stored etcdstore.Object, shared Object) (_ runtime.Object, wrote bool, _ error) {
 	if err := s.checkDelete(stored, shared, opts, conds); err != nil {
+		return nil, false, err
+	}
+	if err := s.admitDelete(ctx, shared, opts, conds); err != nil {
 		return nil, false, err
 	}
 	ns := copyObject(shared).(*corev1.Namespace)

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/admission"
 	kjson "sigs.k8s.io/json"
 
 	"github.com/concord-dev/concord/etcdstore"
@@ -69,6 +70,8 @@ type Store struct {
 	revisions *revisionReader
 	// admission is SetAdmission's check; nil: none.
 	admission func(ctx context.Context, obj, old Object) error
+	// admitter is WithAdmission's; nil: none.
+	admitter Admission
 	// transformer encrypts and decrypts the stored values (see
 	// WithEncryption); identity unless configured.
 	transformer encryption.Transformer
@@ -235,8 +238,8 @@ func (s *Store) Create(ctx context.Context, namespace string, obj Object, opts W
 	if err := s.decodeRequest(obj, opts); err != nil {
 		return nil, err
 	}
-	obj.SetUID(types.UID(uuid.NewString()))
-	obj.SetCreationTimestamp(metav1.NewTime(time.Now().Truncate(time.Second)))
+	obj.SetUID("")
+	obj.SetCreationTimestamp(metav1.Time{})
 	obj.SetDeletionTimestamp(nil)
 	obj.SetDeletionGracePeriodSeconds(nil)
 	obj.SetGeneration(0)
@@ -245,6 +248,14 @@ func (s *Store) Create(ctx context.Context, namespace string, obj Object, opts W
 	if err != nil {
 		return nil, err
 	}
+	// Mutating admission sees the object before the store fills uid,
+	// creationTimestamp and a generated name, as kube's create handler
+	// admits it before its store's BeforeCreate.
+	if obj, err = s.mutate(ctx, admission.Create, namespace, obj.GetName(), obj, nil, opts); err != nil {
+		return nil, err
+	}
+	obj.SetUID(types.UID(uuid.NewString()))
+	obj.SetCreationTimestamp(metav1.NewTime(time.Now().Truncate(time.Second)))
 	s.Resource.Strategy.PrepareForCreate(obj)
 	generated := obj.GetName() == "" && obj.GetGenerateName() != ""
 	for attempt := 1; ; attempt++ {
@@ -261,6 +272,11 @@ func (s *Store) Create(ctx context.Context, namespace string, obj Object, opts W
 		}
 		if ws, ok := s.Resource.Strategy.(WarningStrategy); ok {
 			addWarnings(ctx, ws.WarningsOnCreate(obj))
+		}
+		// Each attempt is validated on what it stores (a new generated
+		// name, managedFields dropped), as kube's store validates each.
+		if err := s.validateAdmission(ctx, admission.Create, namespace, obj.GetName(), obj, nil, opts); err != nil {
+			return nil, err
 		}
 		value, err := s.encode(s.keyOf(namespace, obj.GetName()), obj)
 		if err != nil {
@@ -337,6 +353,9 @@ type WriteOptions struct {
 	// Tracked: the caller recorded the write in the object's
 	// managedFields (the scale subresource: TrackScale, ApplyScale).
 	Tracked bool
+	// Scale: the write is one of the scale subresource (the parent object
+	// is written, and admitted with subresource "scale").
+	Scale bool
 	// status: the write replaces the status only (UpdateStatus,
 	// PatchStatus), prepared and checked with the StatusStrategy.
 	status bool
@@ -346,6 +365,9 @@ type WriteOptions struct {
 	// applied: server-side apply merged the object and its managedFields
 	// (apply.go); they are not tracked again.
 	applied bool
+	// collection: a delete of DeleteCollection, admitted without a name as
+	// kube's.
+	collection bool
 }
 
 // maxWriteAttempts bounds the re-reads of a write that races other writes.
@@ -387,8 +409,13 @@ func (s *Store) Update(ctx context.Context, namespace, name string, obj Object, 
 		// (the stored ones stay): they fail no replace.
 		obj.SetManagedFields(nil)
 	}
-	if err := s.validateAlone(obj, false); err != nil {
-		return nil, false, err
+	// With admission the object is validated once mutated, by
+	// prepareUpdate's ValidateUpdate (which covers Validate), as kube
+	// validates what its webhooks made of it.
+	if s.admitter == nil {
+		if err := s.validateAlone(obj, false); err != nil {
+			return nil, false, err
+		}
 	}
 	if unconditional {
 		return s.updateUnconditionally(ctx, namespace, name, obj, conds)
@@ -457,7 +484,7 @@ func (s *Store) replace(ctx context.Context, namespace, name string, opts WriteO
 			return nil, false, StatusError(err, gr, name)
 		}
 		out, wrote, err := s.replaceFrom(ctx, namespace, name, opts, build, stored, old)
-		if errors.Is(err, errRaced) || (remembered && !wrote && !isOutcomeUnknown(err)) {
+		if errors.Is(err, errRaced) || (remembered && !wrote && !isOutcomeUnknown(err) && !s.confirmed(ctx, namespace, name, stored.Revision)) {
 			continue
 		}
 		return out, false, err
@@ -604,6 +631,11 @@ func (s *Store) prepareUpdate(ctx context.Context, in, old Object, strategy Upda
 	if err != nil {
 		return nil, err
 	}
+	// Mutating admission sees the client's object (patched, applied) with
+	// its managedFields, before the stored metadata is carried over.
+	if obj, err = s.mutate(ctx, admission.Update, old.GetNamespace(), old.GetName(), obj, old, opts); err != nil {
+		return nil, err
+	}
 	gr := s.Resource.GroupResource()
 	if uid := obj.GetUID(); uid != "" && uid != old.GetUID() {
 		return nil, apierrors.NewConflict(gr, obj.GetName(), fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", uid, old.GetUID()))
@@ -628,6 +660,9 @@ func (s *Store) prepareUpdate(ctx context.Context, in, old Object, strategy Upda
 	if len(errs) > 0 {
 		return nil, apierrors.NewInvalid(s.Resource.GroupVersionKind().GroupKind(), obj.GetName(), errs)
 	}
+	if err := s.validateAdmission(ctx, admission.Update, old.GetNamespace(), old.GetName(), obj, old, opts); err != nil {
+		return nil, err
+	}
 	return obj, nil
 }
 
@@ -651,7 +686,7 @@ func (s *Store) Delete(ctx context.Context, namespace, name string, opts *metav1
 			return nil, StatusError(err, gr, name)
 		}
 		out, wrote, err := s.deleteFrom(ctx, namespace, name, opts, conds, stored, shared)
-		if errors.Is(err, errRaced) || (remembered && !wrote && !isOutcomeUnknown(err)) {
+		if errors.Is(err, errRaced) || (remembered && !wrote && !isOutcomeUnknown(err) && !s.confirmed(ctx, namespace, name, stored.Revision)) {
 			continue
 		}
 		return out, err
@@ -665,6 +700,9 @@ func (s *Store) Delete(ctx context.Context, namespace, name string, opts *metav1
 func (s *Store) deleteFrom(ctx context.Context, namespace, name string, opts *metav1.DeleteOptions, conds WriteOptions, stored etcdstore.Object, shared Object) (_ runtime.Object, wrote bool, _ error) {
 	gr := s.Resource.GroupResource()
 	if err := s.checkDelete(stored, shared, opts, conds); err != nil {
+		return nil, false, err
+	}
+	if err := s.admitDelete(ctx, shared, opts, conds); err != nil {
 		return nil, false, err
 	}
 	obj := copyObject(shared)
