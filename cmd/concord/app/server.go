@@ -54,8 +54,10 @@ type Server struct {
 	metrics      *prometheus.Registry
 	storeMetrics *etcdstore.Metrics
 
-	stores    []*registry.Store
-	catalog   *registry.Catalog
+	stores  []*registry.Store
+	catalog *registry.Catalog
+	// admission is the stores' admission webhooks (admitWebhooks).
+	admission webhookAdmission
 	crdServer *crdserving.Server // nil when the CRD controllers do not run
 	elect     *leaderelect.Elector
 	steps     *startup
@@ -108,6 +110,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err error)
 		s.startEtcd,
 		s.buildStorage,
 		s.buildCatalog,
+		s.admitWebhooks,
 		s.serveCRDs,
 		s.buildStartup,
 		s.buildHandler,
@@ -258,7 +261,7 @@ func (s *Server) serve() <-chan error {
 // Ready. Ready means the start-up steps done and the custom resources of
 // the stored CRDs served too, as /readyz says (its poststarthook checks).
 func (s *Server) waitStarted(ctx context.Context) {
-	started := []<-chan struct{}{s.steps.done}
+	started := []<-chan struct{}{s.steps.done, s.admission.webhooks.Synced()}
 	if s.crdServer != nil {
 		started = append(started, s.crdServer.Synced())
 	}

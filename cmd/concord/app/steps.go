@@ -32,7 +32,7 @@ func (s *Server) loadSettings(context.Context) error {
 	if s.encryptAtRest != nil {
 		s.log.Info("encryption at rest", "config", s.cfg.EncryptionProviderConfig, "writes", s.encryptAtRest.Writers(servedResources()))
 	}
-	s.storeOpts = []registry.StoreOption{registry.WithEncryption(s.encryptAtRest), registry.WithUnconditionalUpdate(unconditional)}
+	s.storeOpts = []registry.StoreOption{registry.WithEncryption(s.encryptAtRest), registry.WithUnconditionalUpdate(unconditional), registry.WithAdmission(&s.admission)}
 	if !s.cfg.WatchCache {
 		s.storeOpts = append(s.storeOpts, registry.WithoutReadCache())
 	}
