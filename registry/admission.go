@@ -47,3 +47,18 @@ type AdmissionRequest struct {
 func WithAdmission(a Admission) StoreOption {
 	return func(s *Store) { s.admitter = a }
 }
+
+// MutationChecker is implemented by an Admission that can say when its
+// mutating step cannot change a write of res (no mutating webhook is
+// configured): the store then refuses an invalid replacement before it
+// reads etcd, as it does without admission, so bad input is answered 422
+// whatever etcd is doing. An Admission without it may always mutate.
+type MutationChecker interface {
+	MayMutate(res *Resource) bool
+}
+
+// mayMutate says whether a's mutating step may change a write of res.
+func mayMutate(a Admission, res *Resource) bool {
+	c, ok := a.(MutationChecker)
+	return !ok || c.MayMutate(res)
+}

@@ -409,10 +409,10 @@ func (s *Store) Update(ctx context.Context, namespace, name string, obj Object, 
 		// (the stored ones stay): they fail no replace.
 		obj.SetManagedFields(nil)
 	}
-	// With admission the object is validated once mutated, by
-	// prepareUpdate's ValidateUpdate (which covers Validate), as kube
-	// validates what its webhooks made of it.
-	if s.admitter == nil {
+	// With admission that may mutate it, the object is validated once
+	// mutated, by prepareUpdate's ValidateUpdate (which covers Validate),
+	// as kube validates what its webhooks made of it.
+	if s.admitter == nil || !mayMutate(s.admitter, s.Resource) {
 		if err := s.validateAlone(obj, false); err != nil {
 			return nil, false, err
 		}

@@ -79,6 +79,14 @@ func New(cfg Config) (*Webhooks, error) {
 	return &Webhooks{validating: v, mutating: m, factory: f, cfg: cfg, synced: make(chan struct{})}, nil
 }
 
+// MayMutate says whether a mutating webhook configuration is stored, or
+// may be: before the configurations were read, one is assumed
+// (registry.MutationChecker).
+func (w *Webhooks) MayMutate(*registry.Resource) bool {
+	m := w.factory.mutating
+	return !m.HasSynced() || len(m.indexer.ListKeys()) > 0
+}
+
 // Run watches the webhook configurations until ctx ends.
 func (w *Webhooks) Run(ctx context.Context) {
 	var wg sync.WaitGroup

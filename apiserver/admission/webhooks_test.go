@@ -626,6 +626,25 @@ func TestDeletedConfigurationStopsCalls(t *testing.T) {
 	}
 }
 
+// TestMayMutate: the store may refuse an invalid replacement before
+// reading etcd only while no mutating configuration is stored.
+func TestMayMutate(t *testing.T) {
+	v := newEnv(t)
+	await(t, "configurations read", func() bool { return v.w.factory.mutating.HasSynced() })
+	if v.w.MayMutate(registry.ConfigMaps) {
+		t.Fatal("MayMutate with no mutating configuration stored; want false")
+	}
+	t.Run("stored", func(t *testing.T) {
+		v.mutatingConfig(t, "patch", hook{name: "patch.example.com", path: "/patch"})
+		if !v.w.MayMutate(registry.ConfigMaps) {
+			t.Fatal("MayMutate false while a mutating configuration is stored")
+		}
+	}) // its cleanup deletes it and waits until the watch has seen that
+	if v.w.MayMutate(registry.ConfigMaps) {
+		t.Fatal("MayMutate after the mutating configuration was deleted; want false")
+	}
+}
+
 // testRequests is the minimum filters.WithAuth needs of the server.
 type testRequests struct{}
 

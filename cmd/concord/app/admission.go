@@ -20,6 +20,10 @@ func (a *webhookAdmission) Mutate(ctx context.Context, req *registry.AdmissionRe
 	return a.webhooks.Mutate(ctx, req)
 }
 
+func (a *webhookAdmission) MayMutate(res *registry.Resource) bool {
+	return a.webhooks.MayMutate(res)
+}
+
 func (a *webhookAdmission) Validate(ctx context.Context, req *registry.AdmissionRequest) error {
 	return a.webhooks.Validate(ctx, req)
 }
