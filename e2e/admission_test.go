@@ -201,7 +201,8 @@ func denied(_ *corev1.ConfigMap, err error) bool { return apierrors.IsForbidden(
 // concord-admin, O=system:masters) with an HTTPS webhook made by the test:
 // a validating webhook's denial as kubectl shows it, a mutating webhook's
 // JSONPatch stored but owned by no field manager, both failure policies
-// for an unreachable webhook, and the AdmissionReview the webhook got.
+// for an unreachable webhook, a matchCondition using authorizer (which
+// Concord does not give), and the AdmissionReview the webhook got.
 func TestAdmissionWebhooks(t *testing.T) {
 	t.Parallel()
 	if _, err := os.Stat(kubectlPath); err != nil {
@@ -286,13 +287,17 @@ func TestAdmissionWebhooks(t *testing.T) {
 	}
 
 	// (c) An unreachable webhook: failurePolicy Fail refuses with a 500,
-	// Ignore admits. Both are in one configuration, so once the first is
-	// in effect so is the second.
+	// Ignore admits. A matchCondition using authorizer fails (Concord gives
+	// the webhooks no authorizer), and Fail refuses. All are in one
+	// configuration, so once the first is in effect so are the others.
 	const unreachable = "https://127.0.0.1:1/"
+	authz := configMapWebhook("authz.e2e.concord.test", unreachable, hook.caPEM, admissionregistrationv1.Fail, map[string]string{"policy": "authz"})
+	const authzExpr = `!authorizer.group("").resource("configmaps").check("delete").allowed()`
+	authz.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: "not-admins", Expression: authzExpr}}
 	if _, err := hooks.ValidatingWebhookConfigurations().Create(ctx, validatingConfig("unreachable",
 		configMapWebhook("fail.e2e.concord.test", unreachable, hook.caPEM, admissionregistrationv1.Fail, map[string]string{"policy": "fail"}),
-		configMapWebhook("ignore.e2e.concord.test", unreachable, hook.caPEM, admissionregistrationv1.Ignore, map[string]string{"policy": "ignore"})),
-		metav1.CreateOptions{}); err != nil {
+		configMapWebhook("ignore.e2e.concord.test", unreachable, hook.caPEM, admissionregistrationv1.Ignore, map[string]string{"policy": "ignore"}),
+		authz), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create ValidatingWebhookConfiguration unreachable: %v", err)
 	}
 	waitAdmission(t, ctx, client, "unreachable", labelledConfigMap("probe", map[string]string{"policy": "fail"}),
@@ -312,6 +317,11 @@ func TestAdmissionWebhooks(t *testing.T) {
 	}
 	if got, err := cms.Get(ctx, "policy-ignore", metav1.GetOptions{}); err != nil || got.Labels["policy"] != "ignore" {
 		t.Errorf("GET of the ConfigMap admitted by failurePolicy Ignore: %v, %v; want it stored", got, err)
+	}
+	_, err = cms.Create(ctx, labelledConfigMap("policy-authz", map[string]string{"policy": "authz"}), metav1.CreateOptions{})
+	wantMsg = `configmaps "policy-authz" is forbidden: expression '` + authzExpr + `' resulted in error: no such attribute(s): authorizer`
+	if st, ok := err.(apierrors.APIStatus); !ok || st.Status().Code != http.StatusForbidden || st.Status().Message != wantMsg {
+		t.Errorf("create matched by a matchCondition using authorizer: %v; want 403 %q", err, wantMsg)
 	}
 	srv.stopCleanly(t)
 }
