@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -32,6 +33,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
+	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+	cradmission "sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 )
 
 // envtestAssets is a KUBEBUILDER_ASSETS directory laid out by `concord
@@ -151,8 +154,9 @@ func TestEnvtest(t *testing.T) {
 		BinaryAssetsDirectory: assets,
 		CRDDirectoryPaths:     []string{crdDir},
 		ErrorIfCRDPathMissing: true,
-		// As a kubebuilder project with a webhook: envtest points it at its
-		// local port and waits until it is stored (Concord does not call it).
+		// As a kubebuilder project with a webhook: envtest points it at the
+		// manager's webhook server (its local port and certificates), and
+		// Concord calls it.
 		WebhookInstallOptions: envtest.WebhookInstallOptions{
 			ValidatingWebhooks: []*admissionregistrationv1.ValidatingWebhookConfiguration{gadgetWebhook()},
 		},
@@ -211,6 +215,10 @@ func TestEnvtest(t *testing.T) {
 		LeaderElection:          true,
 		LeaderElectionID:        "gadgets.envtest.concord.dev",
 		LeaderElectionNamespace: "default",
+		WebhookServer: crwebhook.NewServer(crwebhook.Options{
+			Host: env.WebhookInstallOptions.LocalServingHost, Port: env.WebhookInstallOptions.LocalServingPort,
+			CertDir: env.WebhookInstallOptions.LocalServingCertDir,
+		}),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -221,6 +229,7 @@ func TestEnvtest(t *testing.T) {
 	if err := ctrl.NewControllerManagedBy(mgr).For(gadget).Owns(&corev1.ConfigMap{}).Complete(r); err != nil {
 		t.Fatal(err)
 	}
+	mgr.GetWebhookServer().Register("/validate-gadget", &cradmission.Webhook{Handler: cradmission.HandlerFunc(validateGadget)})
 	mgrCtx, cancelManager := context.WithCancel(ctx)
 	mgrDone := make(chan error, 1)
 	go func() { mgrDone <- mgr.Start(mgrCtx) }()
@@ -237,6 +246,13 @@ func TestEnvtest(t *testing.T) {
 	})
 	defer stopManager()
 
+	// The webhook server serves before the first Gadget is written.
+	for deadline := time.Now().Add(30 * time.Second); mgr.GetWebhookServer().StartedChecker()(nil) != nil; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the manager's webhook server did not start within 30s")
+		}
+	}
+
 	const ns = "envtest"
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
@@ -251,6 +267,21 @@ func TestEnvtest(t *testing.T) {
 		if _, err := gadgets.Create(ctx, g, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("create Gadget %s: %v", name, err)
 		}
+	}
+	// The suite's validating webhook refuses what it should, through
+	// Concord, with kube's message; nothing is stored.
+	forbidden := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "envtest.concord.dev/v1", "kind": "Gadget",
+		"metadata": map[string]any{"name": "forbidden"},
+		"spec":     map[string]any{"data": map[string]any{"name": "forbidden"}},
+	}}
+	_, err = gadgets.Create(ctx, forbidden, metav1.CreateOptions{})
+	const denied = `admission webhook "vgadget.envtest.concord.dev" denied the request: a gadget may not be named forbidden`
+	if !apierrors.IsForbidden(err) || err.Error() != denied {
+		t.Fatalf("create of a forbidden Gadget: %v; want 403 %q", err, denied)
+	}
+	if _, err := gadgets.Get(ctx, "forbidden", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the refused Gadget: %v; want NotFound", err)
 	}
 	waitGadget(t, ctx, c, dyn, ns, "a", 1, map[string]string{"name": "a"})
 	waitGadget(t, ctx, c, dyn, ns, "b", 1, map[string]string{"name": "b"})
@@ -338,6 +369,19 @@ func ptrString[T any](p *T) string {
 		return "nil"
 	}
 	return fmt.Sprint(*p)
+}
+
+// validateGadget is the suite's validating webhook: no Gadget may be named
+// "forbidden" in its spec.
+func validateGadget(_ context.Context, req cradmission.Request) cradmission.Response {
+	var g unstructured.Unstructured
+	if err := g.UnmarshalJSON(req.Object.Raw); err != nil {
+		return cradmission.Errored(http.StatusBadRequest, err)
+	}
+	if name, _, _ := unstructured.NestedString(g.Object, "spec", "data", "name"); name == "forbidden" {
+		return cradmission.Denied("a gadget may not be named forbidden")
+	}
+	return cradmission.Allowed("")
 }
 
 // gadgetWebhook is a kubebuilder-style validating webhook of Gadgets.
