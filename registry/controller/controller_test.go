@@ -51,26 +51,32 @@ func (r *recorder) await(t *testing.T, want ...string) {
 	t.Fatalf("handled %q; want it to end with %q", got, want)
 }
 
-// TestWatch: the objects present first, then Synced, then every change; a
-// handler error ends the watch, which opens again from the current state
-// (Synced again, after the objects as they are then).
-func TestWatch(t *testing.T) {
+// configMaps is the ConfigMap store over a real etcd of the test's, with
+// the system namespaces, and a create of a ConfigMap name in default.
+func configMaps(t *testing.T, ctx context.Context) (*registry.Store, func(name string)) {
+	t.Helper()
 	e := etcdtest.Start(t)
 	stores := registry.NewStores(etcdstore.New(e.Client, "/registry"), registry.DefaultWatchConfig())
-	catalog := registry.NewCatalog(stores)
-	cms, _ := catalog.Lookup("", "v1", "configmaps")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	cms, _ := registry.NewCatalog(stores).Lookup("", "v1", "configmaps")
 	if err := registry.EnsureSystemNamespaces(ctx, stores); err != nil {
 		t.Fatal(err)
 	}
-	create := func(name string) {
+	return cms, func(name string) {
 		t.Helper()
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}}
 		if _, err := cms.Create(ctx, "default", cm, registry.WriteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestWatch: the objects present first, then Synced, then every change; a
+// handler error ends the watch, which opens again from the current state
+// (Synced again, after the objects as they are then).
+func TestWatch(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cms, create := configMaps(t, ctx)
 	create("a")
 	create("b")
 

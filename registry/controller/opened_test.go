@@ -8,33 +8,17 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"github.com/concord-dev/concord/etcdstore"
-	"github.com/concord-dev/concord/etcdstore/etcdtest"
-	"github.com/concord-dev/concord/registry"
 	"github.com/concord-dev/concord/registry/controller"
 )
 
 // TestWatchOpened: Opened comes before the objects of every opening, the
 // first and each reopening after the watch ended.
 func TestWatchOpened(t *testing.T) {
-	e := etcdtest.Start(t)
-	stores := registry.NewStores(etcdstore.New(e.Client, "/registry"), registry.DefaultWatchConfig())
-	cms, _ := registry.NewCatalog(stores).Lookup("", "v1", "configmaps")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := registry.EnsureSystemNamespaces(ctx, stores); err != nil {
-		t.Fatal(err)
-	}
-	create := func(name string) {
-		t.Helper()
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}}
-		if _, err := cms.Create(ctx, "default", cm, registry.WriteOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	cms, create := configMaps(t, ctx)
 	create("a")
 
 	var rec recorder
