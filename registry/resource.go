@@ -188,7 +188,7 @@ func (r *Resource) storedJSONServed() bool {
 }
 
 // Resources are all the resources Concord serves.
-var Resources = []*Resource{Namespaces, ConfigMaps, Secrets, ServiceAccounts, Leases, Events, EventsV1, CustomResourceDefinitions, Roles, ClusterRoles, RoleBindings, ClusterRoleBindings, ValidatingWebhookConfigurations, MutatingWebhookConfigurations}
+var Resources = []*Resource{Namespaces, ConfigMaps, Secrets, ServiceAccounts, Leases, Events, EventsV1, CustomResourceDefinitions, Roles, ClusterRoles, RoleBindings, ClusterRoleBindings, ValidatingWebhookConfigurations, MutatingWebhookConfigurations, ValidatingAdmissionPolicies, ValidatingAdmissionPolicyBindings, MutatingAdmissionPolicies, MutatingAdmissionPolicyBindings}
 
 // RequestDefaulter is implemented by a Strategy whose objects kube's
 // decoder finishes before its field manager sees them (its defaults and

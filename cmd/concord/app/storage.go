@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"maps"
 	"log/slog"
 	"time"
 
@@ -45,7 +46,7 @@ func (s *Server) buildStorage(context.Context) error {
 		RequestTimeout: s.cfg.EtcdRequestTimeout,
 		Metrics:        storeMetrics,
 		TTL:            map[string]time.Duration{registry.Events.Plural: s.cfg.EventTTL},
-		Bump:           registry.RBACBump(),
+		Bump:           bumps(registry.RBACBump(), registry.AdmissionPolicyBump()),
 		// Revision reads go round the members the monitor sees answer.
 		Monitor: monitor,
 	})
@@ -134,4 +135,13 @@ func runCompactor(ctx context.Context, log *slog.Logger, c *etcdstore.Compactor,
 			}
 		}
 	}
+}
+
+// bumps are the etcdstore.Options.Bump of every generation key.
+func bumps(all ...map[string]etcdstore.Ref) map[string]etcdstore.Ref {
+	m := map[string]etcdstore.Ref{}
+	for _, b := range all {
+		maps.Copy(m, b)
+	}
+	return m
 }
