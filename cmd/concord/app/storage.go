@@ -2,8 +2,8 @@ package app
 
 import (
 	"context"
-	"maps"
 	"log/slog"
+	"maps"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
