@@ -39,8 +39,9 @@ const ServerFieldManager = "kube-apiserver"
 // scale subresource's merges autoscaling/v1 Scales (scale_managedfields.go).
 type fieldManagers struct {
 	main, status, scale, finalize *managedfields.FieldManager
-	// types is what they all type objects by (applyStatus).
-	types managedfields.TypeConverter
+	// types is what they all type objects by (applyStatus); merge the
+	// same types keeping managedFields (TypeConverter).
+	types, merge managedfields.TypeConverter
 }
 
 // mergeTypes are what a resource's field managers merge and convert
@@ -67,6 +68,7 @@ func newFieldManagers(res *Resource) (*fieldManagers, error) {
 		}
 		t = mergeTypes{converter: converter, convertor: builtInConvertor{Scheme}, defaulter: Scheme, creater: Scheme}
 	}
+	merge := t.converter
 	t.converter = untrackedConverter{t.converter}
 	newManager := managedfields.NewDefaultFieldManager
 	if t.custom {
@@ -80,7 +82,7 @@ func newFieldManagers(res *Resource) (*fieldManagers, error) {
 		}
 		return m, nil
 	}
-	m := &fieldManagers{types: t.converter}
+	m := &fieldManagers{types: t.converter, merge: merge}
 	var err error
 	if m.main, err = build("", res.ResetFields); err != nil {
 		return nil, err
@@ -296,4 +298,15 @@ func (c builtInConvertor) ConvertToVersion(in runtime.Object, target runtime.Gro
 		return converted, nil
 	}
 	return nil, err
+}
+
+// TypeConverter is what the resource's objects are typed by for a
+// structured merge, as server-side apply merges them: admission policies'
+// ApplyConfiguration mutations merge by it (apiserver/admission).
+func (s *Store) TypeConverter() (managedfields.TypeConverter, error) {
+	m, err := s.fields()
+	if err != nil {
+		return nil, err
+	}
+	return m.merge, nil
 }

@@ -112,30 +112,12 @@ func (w *Webhooks) Synced() <-chan struct{} { return w.synced }
 // Mutate calls the matching mutating webhooks, in kube's order, on
 // req.Object, which they change in place.
 func (w *Webhooks) Mutate(ctx context.Context, req *registry.AdmissionRequest) error {
-	if exempt(req) {
-		return nil
-	}
-	attrs, o := attributes(ctx, req)
-	if err := w.mutating.Admit(ctx, attrs, o); err != nil {
-		return err
-	}
-	// As kube's admission chain: once more when a webhook changed the
-	// object after one with reinvocationPolicy IfNeeded was called (the
-	// plugin calls only those again).
-	if rc := attrs.GetReinvocationContext(); rc.ShouldReinvoke() {
-		rc.SetIsReinvoke()
-		return w.mutating.Admit(ctx, attrs, o)
-	}
-	return nil
+	return (&Chain{Webhooks: w}).Mutate(ctx, req)
 }
 
 // Validate calls the matching validating webhooks (concurrently).
 func (w *Webhooks) Validate(ctx context.Context, req *registry.AdmissionRequest) error {
-	if exempt(req) {
-		return nil
-	}
-	attrs, o := attributes(ctx, req)
-	return w.validating.Validate(ctx, attrs, o)
+	return (&Chain{Webhooks: w}).Validate(ctx, req)
 }
 
 // exempt are the Leases by which Concord's controllers elect their

@@ -5,36 +5,37 @@ import (
 	"fmt"
 
 	"github.com/concord-dev/concord/apiserver/admission"
+	"github.com/concord-dev/concord/apiserver/filters"
 	"github.com/concord-dev/concord/registry"
 )
 
-// webhookAdmission is the stores' registry.Admission: the admission
-// webhooks of the stored configurations. The stores are made before the
-// webhooks, which read three of them; admitWebhooks sets webhooks before
-// anything writes.
-type webhookAdmission struct {
-	webhooks *admission.Webhooks
+// chainAdmission is the stores' registry.Admission: the admission policies
+// and webhooks of the stored configurations, in kube's order. The stores
+// are made before them, which read several of them; admit sets chain
+// before anything writes.
+type chainAdmission struct {
+	chain admission.Chain
 }
 
-func (a *webhookAdmission) Mutate(ctx context.Context, req *registry.AdmissionRequest) error {
-	return a.webhooks.Mutate(ctx, req)
+func (a *chainAdmission) Mutate(ctx context.Context, req *registry.AdmissionRequest) error {
+	return a.chain.Mutate(ctx, req)
 }
 
-func (a *webhookAdmission) MayMutate(res *registry.Resource) bool {
-	return a.webhooks.MayMutate(res)
+func (a *chainAdmission) MayMutate(res *registry.Resource) bool {
+	return a.chain.MayMutate(res)
 }
 
-func (a *webhookAdmission) Validate(ctx context.Context, req *registry.AdmissionRequest) error {
-	return a.webhooks.Validate(ctx, req)
+func (a *chainAdmission) Validate(ctx context.Context, req *registry.AdmissionRequest) error {
+	return a.chain.Validate(ctx, req)
 }
 
-// admitWebhooks makes every write call the admission webhooks of the
-// stored ValidatingWebhookConfigurations and MutatingWebhookConfigurations,
-// which this replica keeps current by watches that run until shutdown.
-// A write that comes before they have read the stored configurations once
-// waits for that (kube's webhook plugins wait up to 10 s), so none is
-// admitted without them; Ready waits for it too.
-func (s *Server) admitWebhooks(context.Context) error {
+// admit makes every write pass the stored admission policies and call the
+// admission webhooks of the stored configurations, which this replica
+// keeps current by watches that run until shutdown. A write that comes
+// before the webhook configurations were read once waits for that (kube's
+// webhook plugins wait up to 10 s), and every write waits until the
+// policies are as current as etcd when it came; Ready waits for both.
+func (s *Server) admit(context.Context) error {
 	w, err := admission.New(admission.Config{
 		Validating: coreStore(s.catalog, registry.ValidatingWebhookConfigurations),
 		Mutating:   coreStore(s.catalog, registry.MutatingWebhookConfigurations),
@@ -44,7 +45,27 @@ func (s *Server) admitWebhooks(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("admission webhooks: %w", err)
 	}
-	s.admission.webhooks = w
+	p := admission.NewPolicies(admission.PolicyConfig{
+		Storage:            s.storage,
+		ValidatingPolicies: coreStore(s.catalog, registry.ValidatingAdmissionPolicies),
+		ValidatingBindings: coreStore(s.catalog, registry.ValidatingAdmissionPolicyBindings),
+		MutatingPolicies:   coreStore(s.catalog, registry.MutatingAdmissionPolicies),
+		MutatingBindings:   coreStore(s.catalog, registry.MutatingAdmissionPolicyBindings),
+		Namespaces:         coreStore(s.catalog, registry.Namespaces),
+		Stores:             s.catalog.Stores,
+		Authorizer:         lateAuthorizer{s.sec},
+		Log:                s.log.With("component", "admission-policies"),
+	})
+	s.admission.chain = admission.Chain{Policies: p, Webhooks: w}
 	s.goBackground(w.Run)
+	s.goBackground(p.Run)
 	return nil
+}
+
+// lateAuthorizer is the server's authorizer, set after the admission is
+// built (startAuthorization).
+type lateAuthorizer struct{ sec *serving }
+
+func (a lateAuthorizer) Authorize(ctx context.Context, attrs filters.Attributes) (filters.Decision, string, error) {
+	return a.sec.authz.Authorize(ctx, attrs)
 }

@@ -56,8 +56,8 @@ type Server struct {
 
 	stores  []*registry.Store
 	catalog *registry.Catalog
-	// admission is the stores' admission webhooks (admitWebhooks).
-	admission webhookAdmission
+	// admission is the stores' admission policies and webhooks (admit).
+	admission chainAdmission
 	crdServer *crdserving.Server // nil when the CRD controllers do not run
 	elect     *leaderelect.Elector
 	steps     *startup
@@ -110,7 +110,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err error)
 		s.startEtcd,
 		s.buildStorage,
 		s.buildCatalog,
-		s.admitWebhooks,
+		s.admit,
 		s.serveCRDs,
 		s.buildStartup,
 		s.buildHandler,
@@ -261,7 +261,7 @@ func (s *Server) serve() <-chan error {
 // Ready. Ready means the start-up steps done and the custom resources of
 // the stored CRDs served too, as /readyz says (its poststarthook checks).
 func (s *Server) waitStarted(ctx context.Context) {
-	started := []<-chan struct{}{s.steps.done, s.admission.webhooks.Synced()}
+	started := []<-chan struct{}{s.steps.done, s.admission.chain.Webhooks.Synced(), s.admission.chain.Policies.Synced()}
 	if s.crdServer != nil {
 		started = append(started, s.crdServer.Synced())
 	}

@@ -1,0 +1,389 @@
+package admission
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/generic"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/matching"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/mutating"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
+	"k8s.io/client-go/informers"
+
+	"github.com/concord-dev/concord/apiserver/filters"
+	"github.com/concord-dev/concord/registry"
+	"github.com/concord-dev/concord/registry/controller"
+)
+
+// PolicyConfig names what the admission policies are read from.
+type PolicyConfig struct {
+	// Storage is etcd, through the registry's storage: one watch of
+	// registry.AdmissionPolicyStoragePrefix sees every policy, binding and
+	// the generation key.
+	Storage controller.PrefixStorage
+	// The stores of the four policy resources decode their values; the
+	// namespaces' give namespaceObject and namespaceSelector's labels.
+	ValidatingPolicies, ValidatingBindings, MutatingPolicies, MutatingBindings, Namespaces *registry.Store
+	// Stores are every served resource's: params, and the types of
+	// ApplyConfiguration mutations.
+	Stores Stores
+	// Authorizer answers expressions' `authorizer`.
+	Authorizer filters.Authorizer
+	Log        *slog.Logger
+}
+
+// awaitTimeout bounds how long a write waits for the policy view to catch
+// up with etcd (kube's consistent reads wait 3 s); then it is refused.
+const awaitTimeout = 3 * time.Second
+
+// Policies admits writes by the stored ValidatingAdmissionPolicies and
+// MutatingAdmissionPolicies and their bindings, with kube's policy
+// dispatchers (k8s.io/apiserver/pkg/admission/plugin/policy/...): kube's
+// matching, CEL evaluation, params, messages and errors. Concord keeps the
+// policies itself, in a view of one etcd watch, and every write first waits
+// until that view holds etcd's state as of a revision read after the write
+// arrived: a policy or binding counts on every replica from the moment its
+// write returned (kube's take up to a second).
+type Policies struct {
+	cfg        PolicyConfig
+	catchup    *controller.Catchup
+	validating generic.Dispatcher[validating.PolicyHook]
+	mutating   generic.Dispatcher[mutating.PolicyHook]
+
+	// mu guards hooks and the view below, which the watch's handler
+	// changes and writes read.
+	mu    sync.RWMutex
+	hooks *policyHooks
+	// objects are the stored policies and bindings by key
+	// (<plural>/<name>), as of the view's revision; loading are those of
+	// a watch's initial read.
+	objects, loading map[string]registry.Object
+	// gen is the ModRevision of registry.AdmissionPolicyGeneration as of
+	// the view's revision (0: none), and loadingGen the initial read's.
+	gen, loadingGen int64
+	// loaded: the view has been read once; synced is closed then.
+	loaded   bool
+	syncedCh chan struct{}
+	// compiled are the evaluators by policy key and resourceVersion.
+	compiledV map[string]compiledPolicy[validating.Validator]
+	compiledM map[string]compiledPolicy[mutating.PolicyEvaluator]
+}
+
+type compiledPolicy[E any] struct {
+	version   string
+	evaluator E
+}
+
+// policyHooks are the hooks of one state of the view, as kube's policy
+// source builds them: a policy with the bindings that name it.
+type policyHooks struct {
+	validating []validating.PolicyHook
+	mutating   []mutating.PolicyHook
+	// gen is the generation key's revision this state is of.
+	gen int64
+}
+
+// NewPolicies builds the policies' admission; Run keeps them current.
+func NewPolicies(cfg PolicyConfig) *Policies {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	namespaces := namespaceInformer{store: cfg.Namespaces}
+	matcher := matching.NewMatcher(namespaces.Lister(), namespaceClient{store: cfg.Namespaces})
+	authz := authorizerOf{authz: cfg.Authorizer}
+	return &Policies{
+		cfg:        cfg,
+		catchup:    controller.NewCatchup(),
+		validating: validating.NewDispatcher(authz, generic.NewPolicyMatcher(matcher)),
+		mutating:   mutating.NewDispatcher(authz, matcher, typeConverters{stores: cfg.Stores}),
+		hooks:      &policyHooks{},
+		syncedCh:   make(chan struct{}),
+		objects:    map[string]registry.Object{},
+		compiledV:  map[string]compiledPolicy[validating.Validator]{},
+		compiledM:  map[string]compiledPolicy[mutating.PolicyEvaluator]{},
+	}
+}
+
+// Synced is closed once the view has read the stored policies.
+func (p *Policies) Synced() <-chan struct{} { return p.syncedCh }
+
+// Run watches the policies until ctx ends.
+func (p *Policies) Run(ctx context.Context) {
+	if err := p.validating.Start(ctx); err != nil {
+		p.cfg.Log.Error("admission policies: the validating dispatcher did not start", "err", err)
+	}
+	if err := p.mutating.Start(ctx); err != nil {
+		p.cfg.Log.Error("admission policies: the mutating dispatcher did not start", "err", err)
+	}
+	controller.WatchPrefix(ctx, p.cfg.Storage, registry.AdmissionPolicyStoragePrefix, controller.WatchOptions{Name: "admission policies", Log: p.cfg.Log}, controller.PrefixHandler{
+		Event: p.event, Synced: p.synced, Progress: p.progress, Ended: p.ended,
+	})
+}
+
+// generationKey is registry.AdmissionPolicyGeneration's key as the view
+// reads it.
+var generationKey = registry.AdmissionPolicyGeneration.Name
+
+func (p *Policies) event(_ context.Context, kvs []controller.KV, initial bool) error {
+	if initial {
+		if p.loading == nil {
+			p.loading = map[string]registry.Object{}
+		}
+		for _, kv := range kvs {
+			if kv.Key == generationKey {
+				p.loadingGen = kv.Revision
+				continue
+			}
+			p.apply(p.loading, kv)
+		}
+		return nil
+	}
+	p.mu.Lock()
+	var rev int64
+	for _, kv := range kvs {
+		rev = kv.Revision
+		if kv.Key == generationKey {
+			p.gen = 0
+			if kv.Value != nil {
+				p.gen = kv.Revision
+			}
+			continue
+		}
+		p.apply(p.objects, kv)
+	}
+	p.rebuildLocked()
+	p.mu.Unlock()
+	p.catchup.Advanced(rev)
+	return nil
+}
+
+func (p *Policies) synced(_ context.Context, rev int64, w *controller.PrefixWatch) error {
+	objects, gen := p.loading, p.loadingGen
+	if objects == nil {
+		objects = map[string]registry.Object{}
+	}
+	p.loading, p.loadingGen = nil, 0
+	p.mu.Lock()
+	if !p.loaded {
+		close(p.syncedCh)
+	}
+	p.objects, p.gen, p.loaded = objects, gen, true
+	p.rebuildLocked()
+	p.mu.Unlock()
+	p.catchup.Synced(rev, w)
+	return nil
+}
+
+func (p *Policies) progress(_ context.Context, rev int64) error {
+	p.catchup.Advanced(rev)
+	return nil
+}
+
+func (p *Policies) ended(error) {
+	p.loading, p.loadingGen = nil, 0
+	p.catchup.Ended()
+}
+
+// apply decodes the value at kv's key (<plural>/<name>) into objects; a
+// deleted key, or a value that does not decode, is removed.
+func (p *Policies) apply(objects map[string]registry.Object, kv controller.KV) {
+	plural, name, _ := strings.Cut(kv.Key, "/")
+	var store *registry.Store
+	switch plural {
+	case registry.ValidatingAdmissionPolicies.Plural:
+		store = p.cfg.ValidatingPolicies
+	case registry.ValidatingAdmissionPolicyBindings.Plural:
+		store = p.cfg.ValidatingBindings
+	case registry.MutatingAdmissionPolicies.Plural:
+		store = p.cfg.MutatingPolicies
+	case registry.MutatingAdmissionPolicyBindings.Plural:
+		store = p.cfg.MutatingBindings
+	default:
+		return
+	}
+	if kv.Value == nil {
+		delete(objects, kv.Key)
+		return
+	}
+	obj, err := store.Decode(name, kv.Object)
+	if err != nil {
+		delete(objects, kv.Key)
+		p.cfg.Log.Error("admission policies: a stored object that cannot be read is not enforced", "key", kv.Key, "err", err)
+		return
+	}
+	objects[kv.Key] = obj
+}
+
+// rebuildLocked builds the hooks of the view's objects, as kube's policy
+// source does (policies without a binding, and bindings without their
+// policy, make none), compiling only the policies that changed.
+func (p *Policies) rebuildLocked() {
+	hooks := &policyHooks{gen: p.gen}
+	vBindings := map[string][]*admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+	mBindings := map[string][]*admissionregistrationv1.MutatingAdmissionPolicyBinding{}
+	for _, obj := range p.objects {
+		switch b := obj.(type) {
+		case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
+			vBindings[b.Spec.PolicyName] = append(vBindings[b.Spec.PolicyName], b)
+		case *admissionregistrationv1.MutatingAdmissionPolicyBinding:
+			mBindings[b.Spec.PolicyName] = append(mBindings[b.Spec.PolicyName], b)
+		}
+	}
+	seenV, seenM := map[string]bool{}, map[string]bool{}
+	for _, key := range sortedKeys(p.objects) {
+		switch policy := p.objects[key].(type) {
+		case *admissionregistrationv1.ValidatingAdmissionPolicy:
+			bindings := vBindings[policy.Name]
+			if len(bindings) == 0 {
+				continue
+			}
+			seenV[key] = true
+			informer, scope, cfgErr := p.params(policy.Spec.ParamKind)
+			hooks.validating = append(hooks.validating, validating.PolicyHook{
+				Policy:             policy,
+				Bindings:           sortedByName(bindings),
+				Evaluator:          compileOnce(p.compiledV, key, policy.ResourceVersion, func() validating.Validator { return compileValidatingPolicy(policy) }),
+				ParamInformer:      informer,
+				ParamScope:         scope,
+				ConfigurationError: cfgErr,
+			})
+		case *admissionregistrationv1.MutatingAdmissionPolicy:
+			bindings := mBindings[policy.Name]
+			if len(bindings) == 0 {
+				continue
+			}
+			seenM[key] = true
+			informer, scope, cfgErr := p.params(policy.Spec.ParamKind)
+			hooks.mutating = append(hooks.mutating, mutating.PolicyHook{
+				Policy:             policy,
+				Bindings:           sortedByName(bindings),
+				Evaluator:          compileOnce(p.compiledM, key, policy.ResourceVersion, func() mutating.PolicyEvaluator { return compileMutatingPolicy(policy) }),
+				ParamInformer:      informer,
+				ParamScope:         scope,
+				ConfigurationError: cfgErr,
+			})
+		}
+	}
+	forgetUnseen(p.compiledV, seenV)
+	forgetUnseen(p.compiledM, seenM)
+	p.hooks = hooks
+}
+
+// params are the informer and scope of a policy's paramKind, or kube's
+// configuration error when it is not served.
+func (p *Policies) params(kind *admissionregistrationv1.ParamKind) (informers.GenericInformer, meta.RESTScope, error) {
+	if kind == nil {
+		return nil, nil, nil
+	}
+	gv, err := schema.ParseGroupVersion(kind.APIVersion)
+	if err != nil {
+		return nil, nil, fmt.Errorf("failed to parse paramKind APIVersion: %w", err)
+	}
+	gvk := gv.WithKind(kind.Kind)
+	s, ok := p.cfg.Stores.byKind(gvk)
+	if !ok {
+		return nil, nil, errNoParamKind(gvk)
+	}
+	return paramInformer{stores: p.cfg.Stores, kind: gvk}, scopeOf(s.Resource), nil
+}
+
+func compileOnce[E any](cache map[string]compiledPolicy[E], key, version string, compile func() E) E {
+	if c, ok := cache[key]; ok && c.version == version {
+		return c.evaluator
+	}
+	e := compile()
+	cache[key] = compiledPolicy[E]{version: version, evaluator: e}
+	return e
+}
+
+func forgetUnseen[E any](cache map[string]compiledPolicy[E], seen map[string]bool) {
+	for key := range cache {
+		if !seen[key] {
+			delete(cache, key)
+		}
+	}
+}
+
+func sortedKeys(m map[string]registry.Object) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func sortedByName[B interface{ GetName() string }](bindings []B) []B {
+	slices.SortFunc(bindings, func(a, b B) int { return strings.Compare(a.GetName(), b.GetName()) })
+	return bindings
+}
+
+// current waits until the view holds etcd's state as of a revision read
+// now, and returns its hooks.
+func (p *Policies) current(ctx context.Context, attrs admission.Attributes) (*policyHooks, error) {
+	want, err := p.cfg.Namespaces.CurrentRevision(ctx)
+	if err == nil {
+		err = p.catchup.Await(ctx, want, awaitTimeout)
+	}
+	if err != nil {
+		// As kube's plugins answer before their policies are loaded.
+		return nil, admission.NewForbidden(attrs, fmt.Errorf("not yet ready to handle request: the admission policies could not be read: %w", err))
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.hooks, nil
+}
+
+// MayMutate says whether a bound mutating policy is stored, or may be:
+// before the view is loaded, one is assumed (registry.MutationChecker).
+func (p *Policies) MayMutate(*registry.Resource) bool {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return !p.loaded || len(p.hooks.mutating) > 0
+}
+
+// mutate runs the mutating policies on attrs' object (kube's
+// MutatingAdmissionPolicy plugin).
+func (p *Policies) mutate(ctx context.Context, attrs admission.Attributes, o admission.ObjectInterfaces) error {
+	if attrs.GetOperation() == admission.Delete || excludedFromPolicies(attrs.GetResource().GroupResource()) {
+		return nil // kube's plugin handles no delete: there is no object
+	}
+	hooks, err := p.current(ctx, attrs)
+	if err != nil || len(hooks.mutating) == 0 {
+		return err
+	}
+	return p.mutating.Dispatch(ctx, attrs, o, hooks.mutating)
+}
+
+// validate runs the validating policies (kube's ValidatingAdmissionPolicy
+// plugin).
+func (p *Policies) validate(ctx context.Context, attrs admission.Attributes, o admission.ObjectInterfaces) error {
+	if excludedFromPolicies(attrs.GetResource().GroupResource()) {
+		return nil
+	}
+	hooks, err := p.current(ctx, attrs)
+	if err != nil || len(hooks.validating) == 0 {
+		return err
+	}
+	return p.validating.Dispatch(ctx, attrs, o, hooks.validating)
+}
+
+// excludedFromPolicies are the policy resources themselves, which kube's
+// policy plugins never admit (a policy could lock itself in).
+func excludedFromPolicies(gr schema.GroupResource) bool {
+	for _, r := range registry.AdmissionPolicyResources {
+		if r.GroupResource() == gr {
+			return true
+		}
+	}
+	return false
+}
