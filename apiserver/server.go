@@ -319,6 +319,7 @@ func (rc *requestContext) serve(w http.ResponseWriter, r *http.Request, isWatch 
 	defer cancel()
 	ctx = context.WithValue(ctx, requestInfoKey{}, info)
 	ctx = registry.WithRevisionMemo(ctx)
+	ctx = registry.WithAdmissionRecord(ctx)
 	r = r.WithContext(ctx)
 	setDeadlines(w, r)
 	rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}

@@ -38,6 +38,9 @@ func (s *Store) createIn(ctx context.Context, namespace, name string, value []by
 			return 0, nil
 		}
 		rev, err := s.storage.Create(ctx, s.ref("", name), value)
+		if errors.Is(err, ErrAdmissionChanged) {
+			return 0, err // admitted again by Create
+		}
 		if err != nil {
 			return 0, StatusError(err, gr, name)
 		}
@@ -61,6 +64,9 @@ func (s *Store) createIn(ctx context.Context, namespace, name string, value []by
 			return 0, nil
 		}
 		rev, err := s.storage.Create(ctx, s.ref(namespace, name), value, etcdstore.Guard{Ref: nsRef, Revision: stored.Revision})
+		if errors.Is(err, ErrAdmissionChanged) {
+			return 0, err // admitted again by Create
+		}
 		if errors.Is(err, etcdstore.ErrConflict) {
 			continue // the namespace changed: look at it again
 		}

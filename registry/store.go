@@ -227,8 +227,29 @@ func (s *Store) Count(ctx context.Context) (int64, error) {
 }
 
 // Create validates and stores a new object in namespace. The etcd write
-// succeeds only if the key does not exist.
+// succeeds only if the key does not exist. A create whose admission
+// policies changed before its write landed is admitted again, from the
+// object as it was sent (admissionguard.go).
 func (s *Store) Create(ctx context.Context, namespace string, obj Object, opts WriteOptions) (Object, error) {
+	if s.admitter == nil {
+		return s.create(ctx, namespace, obj, opts)
+	}
+	for attempt := 1; ; attempt++ {
+		out, err := s.create(ctx, namespace, copyObject(obj), opts)
+		if !errors.Is(err, ErrAdmissionChanged) {
+			return out, err
+		}
+		if attempt == admissionAttempts {
+			return nil, StatusError(&RetryError{Message: fmt.Sprintf("the admission policies kept changing while the write was admitted (%d attempts); nothing was written: send it again", attempt)}, s.Resource.GroupResource(), obj.GetName())
+		}
+	}
+}
+
+// admissionAttempts bounds how often one create is admitted while the
+// admission policies keep changing.
+const admissionAttempts = 3
+
+func (s *Store) create(ctx context.Context, namespace string, obj Object, opts WriteOptions) (Object, error) {
 	if obj.GetResourceVersion() != "" {
 		return nil, apierrors.NewBadRequest("create cannot set resourceVersion")
 	}

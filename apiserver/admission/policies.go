@@ -339,8 +339,16 @@ func (p *Policies) current(ctx context.Context, attrs admission.Attributes) (*po
 		return nil, admission.NewForbidden(attrs, fmt.Errorf("not yet ready to handle request: the admission policies could not be read: %w", err))
 	}
 	p.mu.RLock()
-	defer p.mu.RUnlock()
-	return p.hooks, nil
+	hooks := p.hooks
+	p.mu.RUnlock()
+	registry.RecordAdmissionPolicies(ctx, hooks.gen)
+	return hooks, nil
+}
+
+// AwaitRevision waits until the view holds etcd's state as of rev
+// (registry.AdmissionGuardedStorage's catch-up).
+func (p *Policies) AwaitRevision(ctx context.Context, rev int64) error {
+	return p.catchup.Await(ctx, rev, awaitTimeout)
 }
 
 // MayMutate says whether a bound mutating policy is stored, or may be:

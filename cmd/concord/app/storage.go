@@ -65,7 +65,11 @@ func (s *Server) buildStorage(context.Context) error {
 // of the resources served: the built-ins now, others as they are added.
 func (s *Server) buildCatalog(context.Context) error {
 	// Writes allowed by RBAC without waiting carry its guard (filters.Fence).
-	s.fenced = registry.FencedStorage(s.storage, filters.FenceOf)
+	// ... and the guard of the admission policies they were admitted on.
+	policyGuarded := registry.AdmissionGuardedStorage(s.storage, func(ctx context.Context, rev int64) error {
+		return s.admission.chain.Policies.AwaitRevision(ctx, rev)
+	})
+	s.fenced = registry.FencedStorage(policyGuarded, filters.FenceOf)
 	s.stores = registry.NewStores(s.fenced, s.opts.watch, s.storeOpts...)
 	s.catalog = registry.NewCatalog(s.stores)
 	storeMetrics := s.storeMetrics
