@@ -41,6 +41,11 @@ type auditEvent struct {
 	// Latency is how long the request took (a watch: how long it was
 	// open), as a Go duration ("1.234ms").
 	Latency string `json:"latency"`
+	// Annotations are what admission added, as kube's audit events'
+	// annotations: a policy's auditAnnotations ("<policy>/<key>"), the
+	// failures of a binding with validationActions Audit
+	// ("validation.policy.admission.k8s.io/validation_failure").
+	Annotations map[string]string `json:"annotations"`
 }
 
 // auditLog writes one JSON line per API request to its writer. Health
@@ -73,6 +78,7 @@ func (l *auditLog) record(r requestSummary, auditID string, info *requestInfo, c
 		URI:                r.url.RequestURI(),
 		Code:               code,
 		Latency:            took.Round(time.Microsecond).String(),
+		Annotations:        info.auditAnnotations.Map(),
 	}
 	if a := info.attrs; a != nil {
 		ev.Verb, ev.APIGroup, ev.Resource, ev.Namespace, ev.Name = a.Verb, a.APIGroup, a.Resource, a.Namespace, a.Name

@@ -39,6 +39,8 @@ type requestInfo struct {
 	// attrs are what the request asks and who sent it (attrs.User, once
 	// authenticated), as the authentication filter parsed it (audit log).
 	attrs *filters.Attributes
+	// auditAnnotations are what admission added for the audit log.
+	auditAnnotations *filters.AuditAnnotations
 
 	// auditID names the request in every log line; log is the server's
 	// logger, and requestLog (made on first use) the one with the auditID.

@@ -320,6 +320,7 @@ func (rc *requestContext) serve(w http.ResponseWriter, r *http.Request, isWatch 
 	ctx = context.WithValue(ctx, requestInfoKey{}, info)
 	ctx = registry.WithRevisionMemo(ctx)
 	ctx = registry.WithAdmissionRecord(ctx)
+	ctx, info.auditAnnotations = filters.WithAuditAnnotations(ctx)
 	r = r.WithContext(ctx)
 	setDeadlines(w, r)
 	rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}

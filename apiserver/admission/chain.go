@@ -4,7 +4,9 @@ import (
 	"context"
 
 	"k8s.io/apiserver/pkg/admission"
+	auditinternal "k8s.io/apiserver/pkg/apis/audit"
 
+	"github.com/concord-dev/concord/apiserver/filters"
 	"github.com/concord-dev/concord/registry"
 )
 
@@ -26,6 +28,7 @@ func (c *Chain) Mutate(ctx context.Context, req *registry.AdmissionRequest) erro
 		return nil
 	}
 	attrs, o := attributes(ctx, req)
+	attrs = auditedAttributes{Attributes: attrs, ctx: ctx}
 	if err := c.mutate(ctx, attrs, o); err != nil {
 		return err
 	}
@@ -53,6 +56,7 @@ func (c *Chain) Validate(ctx context.Context, req *registry.AdmissionRequest) er
 		return nil
 	}
 	attrs, o := attributes(ctx, req)
+	attrs = auditedAttributes{Attributes: attrs, ctx: ctx}
 	if c.Policies != nil {
 		if err := c.Policies.validate(ctx, attrs, o); err != nil {
 			return err
@@ -68,4 +72,27 @@ func (c *Chain) Validate(ctx context.Context, req *registry.AdmissionRequest) er
 // of res (registry.MutationChecker).
 func (c *Chain) MayMutate(res *registry.Resource) bool {
 	return (c.Webhooks != nil && c.Webhooks.MayMutate(res)) || (c.Policies != nil && c.Policies.MayMutate(res))
+}
+
+// auditedAttributes add the annotations kube's plugins make to the audit
+// line of the request (filters.AddAuditAnnotation), those of level
+// Metadata: kube's audit log records them at its default level.
+type auditedAttributes struct {
+	admission.Attributes
+	ctx context.Context
+}
+
+func (a auditedAttributes) AddAnnotation(key, value string) error {
+	return a.AddAnnotationWithLevel(key, value, auditinternal.LevelMetadata)
+}
+
+func (a auditedAttributes) AddAnnotationWithLevel(key, value string, level auditinternal.Level) error {
+	if err := a.Attributes.AddAnnotationWithLevel(key, value, level); err != nil {
+		return err
+	}
+	if !level.Less(auditinternal.LevelRequest) {
+		return nil
+	}
+	filters.AddAuditAnnotation(a.ctx, key, value)
+	return nil
 }
