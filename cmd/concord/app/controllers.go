@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/concord-dev/concord/registry"
+	"github.com/concord-dev/concord/registry/controller/admissionpolicystatus"
 	"github.com/concord-dev/concord/registry/controller/crdcleanup"
 	"github.com/concord-dev/concord/registry/controller/crdstatus"
 	"github.com/concord-dev/concord/registry/controller/garbagecollector"
@@ -28,11 +29,15 @@ type Controllers struct {
 	// ClusterRoleAggregation runs with RBAC, under a Lease, from when
 	// kube's default roles exist.
 	ClusterRoleAggregation bool
+	// AdmissionPolicyStatus type-checks the ValidatingAdmissionPolicies
+	// (kube-controller-manager's validatingadmissionpolicy-status
+	// controller), under a Lease.
+	AdmissionPolicyStatus bool
 }
 
 // AllControllers are the controllers the binary runs.
 func AllControllers() Controllers {
-	return Controllers{CRDs: true, GarbageCollector: true, ServiceAccounts: true, Namespaces: true, ClusterRoleAggregation: true}
+	return Controllers{CRDs: true, GarbageCollector: true, ServiceAccounts: true, Namespaces: true, ClusterRoleAggregation: true, AdmissionPolicyStatus: true}
 }
 
 // serveCRDs starts crdserving, crdstatus and crdcleanup over the
@@ -72,6 +77,10 @@ func (s *Server) startControllers() {
 	}
 	if on.Namespaces {
 		s.underLease("concord-namespaces", namespacecontroller.New(coreStore(s.catalog, registry.Namespaces), s.catalog, s.log.With("controller", "namespace")).Run)
+	}
+	if on.AdmissionPolicyStatus {
+		policies := coreStore(s.catalog, registry.ValidatingAdmissionPolicies)
+		s.underLease("concord-admissionpolicy-status", admissionpolicystatus.New(policies, s.catalog, s.log.With("controller", "admissionpolicy-status")).Run)
 	}
 }
 

@@ -85,7 +85,7 @@ func TestShutdownEndsRun(t *testing.T) {
 			t.Fatal("the namespace controller holds no Lease 10s after the server was ready")
 		}
 	}
-	for _, lease := range []string{"concord-garbage-collector", "concord-serviceaccounts"} {
+	for _, lease := range []string{"concord-garbage-collector", "concord-serviceaccounts", "concord-admissionpolicy-status"} {
 		if _, ok := leaseHolder(t, e, lease); ok {
 			t.Errorf("the Lease %s exists; want its controller not run", lease)
 		}
