@@ -244,10 +244,17 @@ const namespaceReadTimeout = 10 * time.Second
 type namespaceLister struct {
 	corelisters.NamespaceLister
 	store *registry.Store
+	// ctx, when set, is the request's: its reads share the request's
+	// revision (registry.WithRevisionMemo) instead of reading etcd's.
+	ctx context.Context
 }
 
 func (l namespaceLister) Get(name string) (*corev1.Namespace, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), namespaceReadTimeout)
+	parent := l.ctx
+	if parent == nil {
+		parent = context.Background()
+	}
+	ctx, cancel := context.WithTimeout(parent, namespaceReadTimeout)
 	defer cancel()
 	return getNamespace(ctx, l.store, name)
 }

@@ -45,6 +45,17 @@ const paramReadTimeout = 10 * time.Second
 type paramInformer struct {
 	stores Stores
 	kind   schema.GroupVersionKind
+	// ctx, when set, is the request's (see namespaceLister).
+	ctx context.Context
+}
+
+// readContext is the context of one read of l.
+func (l paramLister) readContext() (context.Context, context.CancelFunc) {
+	parent := l.ctx
+	if parent == nil {
+		parent = context.Background()
+	}
+	return context.WithTimeout(parent, paramReadTimeout)
 }
 
 var _ informers.GenericInformer = paramInformer{}
@@ -90,7 +101,7 @@ func (l paramLister) get(namespace, name string) (runtime.Object, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), paramReadTimeout)
+	ctx, cancel := l.readContext()
 	defer cancel()
 	return s.Get(ctx, namespace, name)
 }
@@ -100,7 +111,7 @@ func (l paramLister) list(namespace string, selector labels.Selector) ([]runtime
 	if err != nil {
 		return nil, nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), paramReadTimeout)
+	ctx, cancel := l.readContext()
 	defer cancel()
 	list, err := s.List(ctx, namespace, &metainternalversion.ListOptions{LabelSelector: selector})
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/admission/plugin/policy/generic"
@@ -54,10 +55,10 @@ const awaitTimeout = 3 * time.Second
 // arrived: a policy or binding counts on every replica from the moment its
 // write returned (kube's take up to a second).
 type Policies struct {
-	cfg        PolicyConfig
-	catchup    *controller.Catchup
-	validating generic.Dispatcher[validating.PolicyHook]
-	mutating   generic.Dispatcher[mutating.PolicyHook]
+	cfg     PolicyConfig
+	catchup *controller.Catchup
+	authz   authorizerOf
+	types   typeConverters
 
 	// mu guards hooks and the view below, which the watch's handler
 	// changes and writes read.
@@ -86,8 +87,8 @@ type compiledPolicy[E any] struct {
 // policyHooks are the hooks of one state of the view, as kube's policy
 // source builds them: a policy with the bindings that name it.
 type policyHooks struct {
-	validating []validating.PolicyHook
-	mutating   []mutating.PolicyHook
+	validating filteredHooks[*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding, validating.Validator]
+	mutating   filteredHooks[*admissionregistrationv1.MutatingAdmissionPolicy, *admissionregistrationv1.MutatingAdmissionPolicyBinding, mutating.PolicyEvaluator]
 	// gen is the generation key's revision this state is of.
 	gen int64
 }
@@ -97,14 +98,11 @@ func NewPolicies(cfg PolicyConfig) *Policies {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	namespaces := namespaceInformer{store: cfg.Namespaces}
-	matcher := matching.NewMatcher(namespaces.Lister(), namespaceClient{store: cfg.Namespaces})
-	authz := authorizerOf{authz: cfg.Authorizer}
 	return &Policies{
 		cfg:        cfg,
 		catchup:    controller.NewCatchup(),
-		validating: validating.NewDispatcher(authz, generic.NewPolicyMatcher(matcher)),
-		mutating:   mutating.NewDispatcher(authz, matcher, typeConverters{stores: cfg.Stores}),
+		authz:      authorizerOf{authz: cfg.Authorizer},
+		types:      typeConverters{stores: cfg.Stores},
 		hooks:      &policyHooks{},
 		syncedCh:   make(chan struct{}),
 		objects:    map[string]registry.Object{},
@@ -118,12 +116,6 @@ func (p *Policies) Synced() <-chan struct{} { return p.syncedCh }
 
 // Run watches the policies until ctx ends.
 func (p *Policies) Run(ctx context.Context) {
-	if err := p.validating.Start(ctx); err != nil {
-		p.cfg.Log.Error("admission policies: the validating dispatcher did not start", "err", err)
-	}
-	if err := p.mutating.Start(ctx); err != nil {
-		p.cfg.Log.Error("admission policies: the mutating dispatcher did not start", "err", err)
-	}
 	controller.WatchPrefix(ctx, p.cfg.Storage, registry.AdmissionPolicyStoragePrefix, controller.WatchOptions{Name: "admission policies", Log: p.cfg.Log}, controller.PrefixHandler{
 		Event: p.event, Synced: p.synced, Progress: p.progress, Ended: p.ended,
 	})
@@ -248,14 +240,14 @@ func (p *Policies) rebuildLocked() {
 			}
 			seenV[key] = true
 			informer, scope, cfgErr := p.params(policy.Spec.ParamKind)
-			hooks.validating = append(hooks.validating, validating.PolicyHook{
+			hooks.validating.add(validating.PolicyHook{
 				Policy:             policy,
 				Bindings:           sortedByName(bindings),
 				Evaluator:          compileOnce(p.compiledV, key, policy.ResourceVersion, func() validating.Validator { return compileValidatingPolicy(policy) }),
 				ParamInformer:      informer,
 				ParamScope:         scope,
 				ConfigurationError: cfgErr,
-			})
+			}, filterOf(policy.Spec.MatchConstraints))
 		case *admissionregistrationv1.MutatingAdmissionPolicy:
 			bindings := mBindings[policy.Name]
 			if len(bindings) == 0 {
@@ -263,14 +255,14 @@ func (p *Policies) rebuildLocked() {
 			}
 			seenM[key] = true
 			informer, scope, cfgErr := p.params(policy.Spec.ParamKind)
-			hooks.mutating = append(hooks.mutating, mutating.PolicyHook{
+			hooks.mutating.add(mutating.PolicyHook{
 				Policy:             policy,
 				Bindings:           sortedByName(bindings),
 				Evaluator:          compileOnce(p.compiledM, key, policy.ResourceVersion, func() mutating.PolicyEvaluator { return compileMutatingPolicy(policy) }),
 				ParamInformer:      informer,
 				ParamScope:         scope,
 				ConfigurationError: cfgErr,
-			})
+			}, filterOf(policy.Spec.MatchConstraints))
 		}
 	}
 	forgetUnseen(p.compiledV, seenV)
@@ -356,7 +348,7 @@ func (p *Policies) AwaitRevision(ctx context.Context, rev int64) error {
 func (p *Policies) MayMutate(*registry.Resource) bool {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	return !p.loaded || len(p.hooks.mutating) > 0
+	return !p.loaded || len(p.hooks.mutating.all) > 0
 }
 
 // mutate runs the mutating policies on attrs' object (kube's
@@ -366,10 +358,14 @@ func (p *Policies) mutate(ctx context.Context, attrs admission.Attributes, o adm
 		return nil // kube's plugin handles no delete: there is no object
 	}
 	hooks, err := p.current(ctx, attrs)
-	if err != nil || len(hooks.mutating) == 0 {
+	if err != nil {
 		return err
 	}
-	return p.mutating.Dispatch(ctx, attrs, o, hooks.mutating)
+	candidates := hooks.mutating.forRequest(attrs, o)
+	if len(candidates) == 0 {
+		return nil
+	}
+	return mutating.NewDispatcher(p.authz, p.matcher(ctx), p.types).Dispatch(ctx, attrs, o, withContext(ctx, candidates))
 }
 
 // validate runs the validating policies (kube's ValidatingAdmissionPolicy
@@ -379,10 +375,43 @@ func (p *Policies) validate(ctx context.Context, attrs admission.Attributes, o a
 		return nil
 	}
 	hooks, err := p.current(ctx, attrs)
-	if err != nil || len(hooks.validating) == 0 {
+	if err != nil {
 		return err
 	}
-	return p.validating.Dispatch(ctx, attrs, o, hooks.validating)
+	candidates := hooks.validating.forRequest(attrs, o)
+	if len(candidates) == 0 {
+		return nil
+	}
+	return validating.NewDispatcher(p.authz, generic.NewPolicyMatcher(p.matcher(ctx))).Dispatch(ctx, attrs, o, withContext(ctx, candidates))
+}
+
+// matcher is kube's policy matcher for one request: it reads namespaces
+// in the request's ctx, sharing its revision (kube's dispatchers are made
+// once, with an informer's lister; Concord's reads are linearizable, and
+// a request's share one revision read). Making one is a few allocations.
+func (p *Policies) matcher(ctx context.Context) *matching.Matcher {
+	return matching.NewMatcher(namespaceLister{store: p.cfg.Namespaces, ctx: ctx}, namespaceClient{store: p.cfg.Namespaces})
+}
+
+// withContext are hooks whose params are read in ctx: a copy, when any
+// has params.
+func withContext[P, B runtime.Object, E generic.Evaluator](ctx context.Context, hooks []generic.PolicyHook[P, B, E]) []generic.PolicyHook[P, B, E] {
+	var out []generic.PolicyHook[P, B, E]
+	for i, h := range hooks {
+		informer, ok := h.ParamInformer.(paramInformer)
+		if !ok {
+			continue
+		}
+		if out == nil {
+			out = slices.Clone(hooks)
+		}
+		informer.ctx = ctx
+		out[i].ParamInformer = informer
+	}
+	if out == nil {
+		return hooks
+	}
+	return out
 }
 
 // excludedFromPolicies are the policy resources themselves, which kube's
