@@ -158,3 +158,267 @@ func TestAdmissionPolicyDefaults(t *testing.T) {
 		t.Errorf("mutating binding matchResources (-got +want):\n%s", diff)
 	}
 }
+
+// TestAdmissionPolicyValidation: kube's validation of the four resources,
+// each refusal a 422 with exactly kube's causes, and nothing stored.
+func TestAdmissionPolicyValidation(t *testing.T) {
+	s := newPolicyStores(t)
+	vap := func(change func(p *admissionregistrationv1.ValidatingAdmissionPolicy)) Object {
+		p := validValidatingPolicy("x")
+		change(p)
+		return p
+	}
+	mp := func(change func(p *admissionregistrationv1.MutatingAdmissionPolicy)) Object {
+		p := validMutatingPolicy("x")
+		change(p)
+		return p
+	}
+	vb := func(change func(b *admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec)) Object {
+		b := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName: "policy", ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+		}}
+		change(&b.Spec)
+		return b
+	}
+	mb := func(change func(b *admissionregistrationv1.MutatingAdmissionPolicyBindingSpec)) Object {
+		b := &admissionregistrationv1.MutatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: admissionregistrationv1.MutatingAdmissionPolicyBindingSpec{PolicyName: "policy"}}
+		change(&b.Spec)
+		return b
+	}
+	paramRef := func(name string, sel *metav1.LabelSelector, action string) *admissionregistrationv1.ParamRef {
+		r := &admissionregistrationv1.ParamRef{Name: name, Selector: sel}
+		if action != "" {
+			r.ParameterNotFoundAction = ptr.To(admissionregistrationv1.ParameterNotFoundActionType(action))
+		}
+		return r
+	}
+	withParams := func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
+		p.Spec.ParamKind = &admissionregistrationv1.ParamKind{APIVersion: "v1", Kind: "ConfigMap"}
+	}
+	for _, tc := range []struct {
+		name   string
+		store  *Store
+		obj    Object
+		causes []string // field: message; none: accepted
+	}{
+		// ValidatingAdmissionPolicy
+		{name: "validating policy valid", store: s.vap, obj: vap(func(*admissionregistrationv1.ValidatingAdmissionPolicy) {})},
+		{name: "validating policy with params, variables, messages and audit annotations", store: s.vap, obj: vap(func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
+			withParams(p)
+			p.Spec.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: "has-params", Expression: "params != null"}}
+			p.Spec.Variables = []admissionregistrationv1.Variable{{Name: "name", Expression: "object.metadata.name"}}
+			p.Spec.Validations = []admissionregistrationv1.Validation{{
+				Expression: "variables.name != params.data.forbidden", MessageExpression: "'name ' + variables.name + ' is forbidden'",
+				Reason: ptr.To(metav1.StatusReasonForbidden),
+			}}
+			p.Spec.AuditAnnotations = []admissionregistrationv1.AuditAnnotation{{Key: "name", ValueExpression: "string(variables.name)"}}
+		})},
+		{name: "validating policy without validations or audit annotations", store: s.vap, obj: vap(func(p *admissionregistrationv1.ValidatingAdmissionPolicy) { p.Spec.Validations = nil }),
+			causes: []string{
+				"spec.validations: Required value: validations or auditAnnotations must contain at least one item",
+				"spec.auditAnnotations: Required value: validations or auditAnnotations must contain at least one item",
+			}},
+		{name: "validating policy without matchConstraints", store: s.vap, obj: vap(func(p *admissionregistrationv1.ValidatingAdmissionPolicy) { p.Spec.MatchConstraints = nil }),
+			causes: []string{"spec.matchConstraints: Required value"}},
+		{name: "validating policy without resourceRules", store: s.vap, obj: vap(func(p *admissionregistrationv1.ValidatingAdmissionPolicy) { p.Spec.MatchConstraints.ResourceRules = nil }),
+			causes: []string{"spec.matchConstraints.resourceRules: Required value"}},
+		{name: "validating policy with unknown policies and bad rules", store: s.vap, obj: vap(func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
+			p.Spec.FailurePolicy = ptr.To(admissionregistrationv1.FailurePolicyType("Sometimes"))
+			p.Spec.MatchConstraints.MatchPolicy = ptr.To(admissionregistrationv1.MatchPolicyType("Fuzzy"))
+			p.Spec.MatchConstraints.ObjectSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "-bad-"}}
+			p.Spec.MatchConstraints.ResourceRules[0].Operations = []admissionregistrationv1.OperationType{"PATCH"}
+			p.Spec.MatchConstraints.ResourceRules[0].ResourceNames = []string{"a/b", "c", "c"}
+			p.Spec.MatchConstraints.ExcludeResourceRules = []admissionregistrationv1.NamedRuleWithOperations{{}}
+		}), causes: []string{
+			`spec.failurePolicy: Unsupported value: "Sometimes": supported values: "Fail", "Ignore"`,
+			`spec.matchConstraints.matchPolicy: Unsupported value: "Fuzzy": supported values: "Equivalent", "Exact"`,
+			`spec.matchConstraints.objectSelector.matchLabels: Invalid value: "-bad-": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')`,
+			`spec.matchConstraints.resourceRules[0].resourceNames[0]: Invalid value: "a/b": may not contain '/'`,
+			`spec.matchConstraints.resourceRules[0].resourceNames[2]: Duplicate value: "c"`,
+			`spec.matchConstraints.resourceRules[0].operations[0]: Unsupported value: "PATCH": supported values: "*", "CONNECT", "CREATE", "DELETE", "UPDATE"`,
+			"spec.matchConstraints.excludeResourceRules[0].operations: Required value",
+			"spec.matchConstraints.excludeResourceRules[0].apiGroups: Required value",
+			"spec.matchConstraints.excludeResourceRules[0].apiVersions: Required value",
+			"spec.matchConstraints.excludeResourceRules[0].resources: Required value",
+		}},
+		{name: "validating policy with bad paramKinds", store: s.vap, obj: vap(func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
+			p.Spec.ParamKind = &admissionregistrationv1.ParamKind{APIVersion: "a/b/c", Kind: "Config_Map"}
+		}), causes: []string{
+			`spec.paramKind.apiVersion: Invalid value: "a/b/c": unexpected GroupVersion string: a/b/c`,
+			`spec.paramKind.kind: Invalid value: "Config_Map": may have mixed case, but should otherwise match: a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')`,
+		}},
+		{name: "validating policy paramKind without kind and version", store: s.vap, obj: vap(func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
+			p.Spec.ParamKind = &admissionregistrationv1.ParamKind{APIVersion: "example.com/"}
+		}), causes: []string{
+			`spec.paramKind.apiVersion: Invalid value: "example.com/": version must be specified`,
+			"spec.paramKind.kind: Required value",
+		}},
+		{name: "validations that do not compile, and bad messages and reason", store: s.vap, obj: vap(func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
+			p.Spec.Validations = []admissionregistrationv1.Validation{
+				{Expression: "object.metadata.name", Message: "two\nlines"},
+				{Expression: "1 +", MessageExpression: "  ", Reason: ptr.To(metav1.StatusReason("Teapot"))},
+				{Expression: "params.x == 1", MessageExpression: "object.metadata.generation", Message: " "},
+				{Expression: " "},
+			}
+		}), causes: []string{
+			`spec.validations[0].expression: Invalid value: "object.metadata.name": must evaluate to bool but got dyn`,
+			`spec.validations[0].message: Invalid value: "two\nlines": message must not contain line breaks`,
+			"spec.validations[1].expression: Invalid value: \"1 +\": compilation failed: ERROR: <input>:1:4: Syntax error: mismatched input '<EOF>' expecting {'[', '{', '(', '.', '-', '!', 'true', 'false', 'null', NUM_FLOAT, NUM_INT, NUM_UINT, STRING, BYTES, IDENTIFIER}\n | 1 +\n | ...^",
+			`spec.validations[1].messageExpression: Invalid value: "  ": must be non-empty if specified`,
+			`spec.validations[1].reason: Unsupported value: "Teapot": supported values: "Forbidden", "Invalid", "RequestEntityTooLarge"`,
+			"spec.validations[2].expression: Invalid value: \"params.x == 1\": compilation failed: ERROR: <input>:1:1: undeclared reference to 'params' (in container '')\n | params.x == 1\n | ^",
+			`spec.validations[2].messageExpression: Invalid value: "object.metadata.generation": must evaluate to string but got dyn`,
+			`spec.validations[2].message: Invalid value: " ": message must be non-empty if specified`,
+			"spec.validations[3].expression: Required value: expression is not specified",
+		}},
+		{name: "variables: bad names, no expression, not compiling", store: s.vap, obj: vap(func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
+			p.Spec.Variables = []admissionregistrationv1.Variable{
+				{Name: "1x", Expression: "1"},
+				{Name: "in", Expression: " "},
+				{Name: "", Expression: "object.nope("},
+			}
+		}), causes: []string{
+			`spec.variables[0].name: Invalid value: "1x": name is not a valid CEL identifier`,
+			`spec.variables[1].name: Invalid value: "in": name is not a valid CEL identifier`,
+			"spec.variables[1].expression: Required value: expression is not specified",
+			"spec.variables[2].name: Required value: name is not specified",
+			"spec.variables[2].expression: Invalid value: \"object.nope(\": compilation failed: ERROR: <input>:1:13: Syntax error: mismatched input '<EOF>' expecting {'[', '{', '(', ')', '.', '-', '!', 'true', 'false', 'null', NUM_FLOAT, NUM_INT, NUM_UINT, STRING, BYTES, IDENTIFIER}\n | object.nope(\n | ............^",
+		}},
+		{name: "audit annotations: bad and duplicate keys, bad values", store: s.vap, obj: vap(func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
+			p.Spec.Validations = nil
+			p.Spec.AuditAnnotations = []admissionregistrationv1.AuditAnnotation{
+				{Key: "bad key", ValueExpression: "'v'"},
+				{Key: "k", ValueExpression: " "},
+				{Key: "k", ValueExpression: "1"},
+			}
+		}), causes: []string{
+			`spec.auditAnnotations[0].key: Invalid value: "x/bad key": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')`,
+			"spec.auditAnnotations[1].valueExpression: Required value: valueExpression is not specified",
+			`spec.auditAnnotations[2].valueExpression: Invalid value: "1": must evaluate to one of [string null_type] but got int`,
+			`spec.auditAnnotations[2].key: Duplicate value: "k"`,
+		}},
+		{name: "match conditions without params, bad names", store: s.vap, obj: vap(func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
+			p.Spec.MatchConditions = []admissionregistrationv1.MatchCondition{
+				{Name: "params", Expression: "params != null"},
+				{Name: "params", Expression: "true"},
+			}
+		}), causes: []string{
+			"spec.matchConditions[0].expression: Invalid value: \"params != null\": compilation failed: ERROR: <input>:1:1: undeclared reference to 'params' (in container '')\n | params != null\n | ^",
+			`spec.matchConditions[1].name: Duplicate value: "params"`,
+		}},
+		{name: "validating policy reserved static name", store: s.vap, obj: func() Object {
+			p := validValidatingPolicy("deny.static.k8s.io")
+			return p
+		}(), causes: []string{`metadata.name: Invalid value: "deny.static.k8s.io": names ending with ".static.k8s.io" are reserved for static manifest-based configurations and cannot be managed via the API`}},
+
+		// ValidatingAdmissionPolicyBinding
+		{name: "validating binding valid", store: s.vapb, obj: vb(func(b *admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec) {
+			b.ParamRef = paramRef("", &metav1.LabelSelector{MatchLabels: map[string]string{"a": "b"}}, "Allow")
+			b.ValidationActions = []admissionregistrationv1.ValidationAction{admissionregistrationv1.Warn, admissionregistrationv1.Audit}
+		})},
+		{name: "validating binding empty", store: s.vapb, obj: vb(func(b *admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec) { *b = admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{} }),
+			causes: []string{
+				"spec.policyName: Required value",
+				"spec.validationActions: Required value: at least one validation action is required",
+			}},
+		{name: "validating binding bad policyName and actions", store: s.vapb, obj: vb(func(b *admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec) {
+			b.PolicyName = "Policy_1"
+			b.ValidationActions = []admissionregistrationv1.ValidationAction{"Deny", "Warn", "Deny", "Shout"}
+		}), causes: []string{
+			`spec.policyName: Invalid value: "Policy_1": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')`,
+			`spec.validationActions[2]: Duplicate value: "Deny"`,
+			`spec.validationActions[3]: Unsupported value: "Shout": supported values: "Audit", "Deny", "Warn"`,
+			`spec.validationActions: Invalid value: ["Deny","Warn","Deny","Shout"]: must not contain both Deny and Warn (repeating the same validation failure information in the API response and headers serves no purpose)`,
+		}},
+		{name: "validating binding paramRef with name and selector, no action", store: s.vapb, obj: vb(func(b *admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec) {
+			b.ParamRef = paramRef("a/b", &metav1.LabelSelector{}, "")
+		}), causes: []string{
+			`spec.paramRef.name: Invalid value: "a/b": may not contain '/'`,
+			"spec.paramRef.name: Forbidden: name and selector are mutually exclusive",
+			"spec.paramRef.selector: Forbidden: name and selector are mutually exclusive",
+			"spec.paramRef.parameterNotFoundAction: Required value",
+		}},
+		{name: "validating binding paramRef with neither, unknown action", store: s.vapb, obj: vb(func(b *admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec) {
+			b.ParamRef = paramRef("", nil, "Maybe")
+		}), causes: []string{
+			"spec.paramRef: Required value: one of name or selector must be specified",
+			`spec.paramRef.parameterNotFoundAction: Unsupported value: "Maybe": supported values: "Deny", "Allow"`,
+		}},
+		{name: "validating binding bad matchResources (kube's misspelt path)", store: s.vapb, obj: vb(func(b *admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec) {
+			b.MatchResources = &admissionregistrationv1.MatchResources{MatchPolicy: ptr.To(admissionregistrationv1.MatchPolicyType("Fuzzy"))}
+		}), causes: []string{`spec.matchResouces.matchPolicy: Unsupported value: "Fuzzy": supported values: "Equivalent", "Exact"`}},
+
+		// MutatingAdmissionPolicy
+		{name: "mutating policy valid, JSONPatch with params and variables", store: s.map_, obj: mp(func(p *admissionregistrationv1.MutatingAdmissionPolicy) {
+			p.Spec.ParamKind = &admissionregistrationv1.ParamKind{APIVersion: "v1", Kind: "ConfigMap"}
+			p.Spec.Variables = []admissionregistrationv1.Variable{{Name: "value", Expression: "params.data.value"}}
+			p.Spec.Mutations = []admissionregistrationv1.Mutation{{PatchType: admissionregistrationv1.PatchTypeJSONPatch, JSONPatch: &admissionregistrationv1.JSONPatch{
+				Expression: `[JSONPatch{op: "add", path: "/data/value", value: variables.value}]`,
+			}}}
+			p.Spec.ReinvocationPolicy = admissionregistrationv1.IfNeededReinvocationPolicy
+		})},
+		{name: "mutating policy without mutations or reinvocationPolicy", store: s.map_, obj: mp(func(p *admissionregistrationv1.MutatingAdmissionPolicy) {
+			p.Spec.Mutations, p.Spec.ReinvocationPolicy = nil, ""
+		}), causes: []string{
+			"spec.mutations: Required value: mutations must contain at least one item",
+			"spec.reinvocationPolicy: Required value",
+		}},
+		{name: "mutating policy matching DELETE, unknown reinvocationPolicy", store: s.map_, obj: mp(func(p *admissionregistrationv1.MutatingAdmissionPolicy) {
+			p.Spec.MatchConstraints.ResourceRules[0].Operations = []admissionregistrationv1.OperationType{admissionregistrationv1.Delete}
+			p.Spec.ReinvocationPolicy = "Always"
+		}), causes: []string{
+			`spec.matchConstraints.resourceRules.operations: Unsupported value: "DELETE": supported values: "*", "CONNECT", "CREATE", "UPDATE"`,
+			`spec.reinvocationPolicy: Unsupported value: "Always": supported values: "IfNeeded", "Never"`,
+		}},
+		{name: "mutations: bad patch types and expressions", store: s.map_, obj: mp(func(p *admissionregistrationv1.MutatingAdmissionPolicy) {
+			p.Spec.Mutations = []admissionregistrationv1.Mutation{
+				{},
+				{PatchType: "Merge"},
+				{PatchType: admissionregistrationv1.PatchTypeJSONPatch, ApplyConfiguration: &admissionregistrationv1.ApplyConfiguration{Expression: "Object{}"}},
+				{PatchType: admissionregistrationv1.PatchTypeApplyConfiguration, ApplyConfiguration: &admissionregistrationv1.ApplyConfiguration{Expression: " "}, JSONPatch: &admissionregistrationv1.JSONPatch{}},
+				{PatchType: admissionregistrationv1.PatchTypeApplyConfiguration, ApplyConfiguration: &admissionregistrationv1.ApplyConfiguration{Expression: "object"}},
+				{PatchType: admissionregistrationv1.PatchTypeJSONPatch, JSONPatch: &admissionregistrationv1.JSONPatch{Expression: "[1]"}},
+			}
+		}), causes: []string{
+			"spec.mutations[0].patchType: Required value",
+			`spec.mutations[1].patchType: Unsupported value: "Merge": supported values: "ApplyConfiguration", "JSONPatch"`,
+			"spec.mutations[2].jsonPatch: Required value: must be specified when patchType is JSONPatch",
+			`spec.mutations[2].applyConfiguration: Invalid value: "{applyConfiguration}": must not be specified when patchType is JSONPatch`,
+			"spec.mutations[3].applyConfiguration.expression: Required value",
+			`spec.mutations[3].jsonPatch: Invalid value: "{jsonPatch}": must not be specified when patchType is ApplyConfiguration`,
+			`spec.mutations[4].applyConfiguration.expression: Invalid value: "object": must evaluate to Object but got dyn`,
+			`spec.mutations[5].jsonPatch.expression: Invalid value: "[1]": must evaluate to list(JSONPatch) but got list(int)`,
+		}},
+
+		// MutatingAdmissionPolicyBinding
+		{name: "mutating binding valid", store: s.mapb, obj: mb(func(b *admissionregistrationv1.MutatingAdmissionPolicyBindingSpec) {
+			b.ParamRef = paramRef("settings", nil, "Deny")
+		})},
+		{name: "mutating binding matching DELETE, no policyName", store: s.mapb, obj: mb(func(b *admissionregistrationv1.MutatingAdmissionPolicyBindingSpec) {
+			b.PolicyName = ""
+			b.MatchResources = &admissionregistrationv1.MatchResources{ResourceRules: configMapRules(admissionregistrationv1.Delete)}
+		}), causes: []string{
+			"spec.policyName: Required value",
+			`spec.matchResources.resourceRules.operations: Unsupported value: "DELETE": supported values: "*", "CONNECT", "CREATE", "UPDATE"`,
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := tc.obj.GetName()
+			t.Cleanup(func() { _, _ = tc.store.Delete(testCtx(t), "", name, nil, WriteOptions{}) })
+			_, err := tc.store.Create(testCtx(t), "", tc.obj, WriteOptions{})
+			if len(tc.causes) == 0 {
+				if err != nil {
+					t.Fatalf("create: %v; want it stored", err)
+				}
+				return
+			}
+			if diff := cmp.Diff(causesOf(t, err), tc.causes); diff != "" {
+				t.Errorf("causes (-got +want):\n%s", diff)
+			}
+			key := "/registry/" + AdmissionPolicyStoragePrefix + "/" + tc.store.Resource.Plural + "/" + name
+			if resp, err := s.etcd.Client.Get(testCtx(t), key); err != nil || len(resp.Kvs) != 0 {
+				t.Fatalf("etcd %s: %v, %d keys; want nothing stored", key, err, len(resp.Kvs))
+			}
+		})
+	}
+}
