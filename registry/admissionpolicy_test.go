@@ -220,7 +220,9 @@ func TestAdmissionPolicyValidation(t *testing.T) {
 			}},
 		{name: "validating policy without matchConstraints", store: s.vap, obj: vap(func(p *admissionregistrationv1.ValidatingAdmissionPolicy) { p.Spec.MatchConstraints = nil }),
 			causes: []string{"spec.matchConstraints: Required value"}},
-		{name: "validating policy without resourceRules", store: s.vap, obj: vap(func(p *admissionregistrationv1.ValidatingAdmissionPolicy) { p.Spec.MatchConstraints.ResourceRules = nil }),
+		{name: "validating policy without resourceRules", store: s.vap, obj: vap(func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
+			p.Spec.MatchConstraints.ResourceRules = nil
+		}),
 			causes: []string{"spec.matchConstraints.resourceRules: Required value"}},
 		{name: "validating policy with unknown policies and bad rules", store: s.vap, obj: vap(func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
 			p.Spec.FailurePolicy = ptr.To(admissionregistrationv1.FailurePolicyType("Sometimes"))
@@ -316,7 +318,9 @@ func TestAdmissionPolicyValidation(t *testing.T) {
 			b.ParamRef = paramRef("", &metav1.LabelSelector{MatchLabels: map[string]string{"a": "b"}}, "Allow")
 			b.ValidationActions = []admissionregistrationv1.ValidationAction{admissionregistrationv1.Warn, admissionregistrationv1.Audit}
 		})},
-		{name: "validating binding empty", store: s.vapb, obj: vb(func(b *admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec) { *b = admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{} }),
+		{name: "validating binding empty", store: s.vapb, obj: vb(func(b *admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec) {
+			*b = admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{}
+		}),
 			causes: []string{
 				"spec.policyName: Required value",
 				"spec.validationActions: Required value: at least one validation action is required",
@@ -420,5 +424,176 @@ func TestAdmissionPolicyValidation(t *testing.T) {
 				t.Fatalf("etcd %s: %v, %d keys; want nothing stored", key, err, len(resp.Kvs))
 			}
 		})
+	}
+}
+
+// TestAdmissionPolicyTableCells: kube's printers' cells, between Name and
+// Age: "<unset>" without a paramKind or paramRef, a named param without a
+// namespace in any ("*/name"), a selector as kube prints it.
+func TestAdmissionPolicyTableCells(t *testing.T) {
+	withKind := validValidatingPolicy("p")
+	withKind.Spec.ParamKind = &admissionregistrationv1.ParamKind{APIVersion: "example.com/v1", Kind: "Limits"}
+	withKind.Spec.Validations = append(withKind.Spec.Validations, admissionregistrationv1.Validation{Expression: "true"})
+	vb := func(r *admissionregistrationv1.ParamRef) Object {
+		return &admissionregistrationv1.ValidatingAdmissionPolicyBinding{Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: "p", ParamRef: r}}
+	}
+	for _, tc := range []struct {
+		name string
+		res  *Resource
+		obj  Object
+		want []any
+	}{
+		{"validating policy without paramKind", ValidatingAdmissionPolicies, validValidatingPolicy("p"), []any{int64(1), "<unset>"}},
+		{"validating policy with paramKind", ValidatingAdmissionPolicies, withKind, []any{int64(2), "example.com/v1/Limits"}},
+		{"mutating policy", MutatingAdmissionPolicies, validMutatingPolicy("m"), []any{int64(1), "<unset>"}},
+		{"binding without paramRef", ValidatingAdmissionPolicyBindings, vb(nil), []any{"p", "<unset>"}},
+		{"binding with a named param", ValidatingAdmissionPolicyBindings, vb(&admissionregistrationv1.ParamRef{Name: "limits", Namespace: "team"}), []any{"p", "team/limits"}},
+		{"binding with a named param in any namespace", ValidatingAdmissionPolicyBindings, vb(&admissionregistrationv1.ParamRef{Name: "limits"}), []any{"p", "*/limits"}},
+		{"binding with a selector", ValidatingAdmissionPolicyBindings, vb(&admissionregistrationv1.ParamRef{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "gold"}}}),
+			[]any{"p", "&LabelSelector{MatchLabels:map[string]string{tier: gold,},MatchExpressions:[]LabelSelectorRequirement{},}"}},
+		{"mutating binding", MutatingAdmissionPolicyBindings, &admissionregistrationv1.MutatingAdmissionPolicyBinding{Spec: admissionregistrationv1.MutatingAdmissionPolicyBindingSpec{
+			PolicyName: "m", ParamRef: &admissionregistrationv1.ParamRef{Name: "x", Namespace: "y"},
+		}}, []any{"m", "y/x"}},
+	} {
+		if diff := cmp.Diff(tc.res.TableCells(tc.obj), tc.want); diff != "" {
+			t.Errorf("%s: cells (-got +want):\n%s", tc.name, diff)
+		}
+	}
+	var names []string
+	for _, res := range AdmissionPolicyResources {
+		for _, c := range res.TableColumns {
+			names = append(names, res.Kind+"."+c.Name+":"+c.Type)
+		}
+	}
+	if diff := cmp.Diff(names, []string{
+		"ValidatingAdmissionPolicy.Validations:integer", "ValidatingAdmissionPolicy.ParamKind:string",
+		"ValidatingAdmissionPolicyBinding.PolicyName:string", "ValidatingAdmissionPolicyBinding.ParamRef:string",
+		"MutatingAdmissionPolicy.Mutations:integer", "MutatingAdmissionPolicy.ParamKind:string",
+		"MutatingAdmissionPolicyBinding.PolicyName:string", "MutatingAdmissionPolicyBinding.ParamRef:string",
+	}); diff != "" {
+		t.Errorf("columns (-got +want):\n%s", diff)
+	}
+}
+
+// TestValidatingAdmissionPolicyStatus: a status write keeps the stored spec
+// and generation, and is validated as kube's: each type-checking warning
+// has a warning and a fieldRef that is a JSONPath; the conditions are
+// metav1's. A spec write keeps the stored status.
+func TestValidatingAdmissionPolicyStatus(t *testing.T) {
+	s := newPolicyStores(t)
+	ctx := testCtx(t)
+	created, err := s.vap.Create(ctx, "", validValidatingPolicy("p"), WriteOptions{})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	p := created.(*admissionregistrationv1.ValidatingAdmissionPolicy)
+	p.Spec.Validations = []admissionregistrationv1.Validation{{Expression: "false"}}
+	p.Status = admissionregistrationv1.ValidatingAdmissionPolicyStatus{
+		ObservedGeneration: 1,
+		TypeChecking: &admissionregistrationv1.TypeChecking{ExpressionWarnings: []admissionregistrationv1.ExpressionWarning{
+			{FieldRef: "spec.validations[0].expression", Warning: "undefined field 'nope'"},
+		}},
+	}
+	written, err := s.vap.UpdateStatus(ctx, "", "p", p, WriteOptions{})
+	if err != nil {
+		t.Fatalf("update status: %v", err)
+	}
+	w := written.(*admissionregistrationv1.ValidatingAdmissionPolicy)
+	if diff := cmp.Diff(w.Spec.Validations, validValidatingPolicy("p").Spec.Validations); diff != "" || w.Generation != 1 {
+		t.Errorf("after a status write: generation %d (want 1), validations (-got +want):\n%s", w.Generation, diff)
+	}
+	if diff := cmp.Diff(w.Status, p.Status); diff != "" {
+		t.Errorf("written status (-got +want):\n%s", diff)
+	}
+
+	bad := w.DeepCopy()
+	bad.Status.TypeChecking.ExpressionWarnings = []admissionregistrationv1.ExpressionWarning{{FieldRef: "spec.validations[0"}, {FieldRef: " ", Warning: "w"}}
+	bad.Status.Conditions = []metav1.Condition{{Type: "Ready"}}
+	_, err = s.vap.UpdateStatus(ctx, "", "p", bad, WriteOptions{})
+	if diff := cmp.Diff(causesOf(t, err), []string{
+		"status.typeChecking.expressionWarnings[0].warning: Required value",
+		`status.typeChecking.expressionWarnings[0].fieldRef: Invalid value: "spec.validations[0": invalid JSONPath: unterminated array`,
+		"status.typeChecking.expressionWarnings[1].fieldRef: Required value",
+		"status.conditions[0].status: Required value",
+		"status.conditions[0].lastTransitionTime: Required value",
+		"status.conditions[0].reason: Required value",
+	}); diff != "" {
+		t.Errorf("bad status causes (-got +want):\n%s", diff)
+	}
+
+	// A spec write keeps the stored status and bumps the generation.
+	w.Status = admissionregistrationv1.ValidatingAdmissionPolicyStatus{}
+	w.Spec.Validations = []admissionregistrationv1.Validation{{Expression: "true"}}
+	updated, _, err := s.vap.Update(ctx, "", "p", w, WriteOptions{})
+	if err != nil {
+		t.Fatalf("update: %v", err)
+	}
+	u := updated.(*admissionregistrationv1.ValidatingAdmissionPolicy)
+	if diff := cmp.Diff(u.Status, p.Status); diff != "" || u.Generation != 2 {
+		t.Errorf("after a spec write: generation %d (want 2), status (-got +want):\n%s", u.Generation, diff)
+	}
+}
+
+// TestAdmissionPolicyUpdateRatchets: a policy an older server stored with
+// a matchCondition that no longer compiles can still be updated while its
+// matchConditions and paramKind stay, but a create with it is refused, as
+// is an update that changes them; a replace without a resourceVersion is
+// refused as kube's strategies refuse it.
+func TestAdmissionPolicyUpdateRatchets(t *testing.T) {
+	s := newPolicyStores(t)
+	ctx := testCtx(t)
+	legacy := `{"apiVersion":"admissionregistration.k8s.io/v1","kind":"ValidatingAdmissionPolicy",` +
+		`"metadata":{"name":"legacy","uid":"u-legacy","generation":1,"creationTimestamp":"2020-01-02T03:04:05Z"},` +
+		`"spec":{"failurePolicy":"Fail","matchConstraints":{"matchPolicy":"Equivalent","namespaceSelector":{},"objectSelector":{},` +
+		`"resourceRules":[{"apiGroups":[""],"apiVersions":["v1"],"operations":["CREATE"],"resources":["configmaps"],"scope":"*"}]},` +
+		`"matchConditions":[{"name":"broken","expression":"1 +"}],"validations":[{"expression":"true"}]}}`
+	if _, err := s.etcd.Client.Put(ctx, "/registry/"+AdmissionPolicyStoragePrefix+"/validatingadmissionpolicies/legacy", legacy); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.vap.Get(ctx, "", "legacy")
+	if err != nil {
+		t.Fatalf("get: %v", err)
+	}
+	p := got.(*admissionregistrationv1.ValidatingAdmissionPolicy)
+	p.Spec.Validations = []admissionregistrationv1.Validation{{Expression: "false"}}
+	updated, _, err := s.vap.Update(ctx, "", "legacy", p, WriteOptions{})
+	if err != nil {
+		t.Fatalf("update keeping the stored matchConditions: %v", err)
+	}
+	if updated.GetGeneration() != 2 {
+		t.Errorf("generation %d; want 2", updated.GetGeneration())
+	}
+
+	fresh := p.DeepCopy()
+	fresh.ObjectMeta = metav1.ObjectMeta{Name: "fresh"}
+	_, err = s.vap.Create(ctx, "", fresh, WriteOptions{})
+	want := []string{"spec.matchConditions[0].expression: Invalid value: \"1 +\": compilation failed: ERROR: <input>:1:4: Syntax error: mismatched input '<EOF>' expecting {'[', '{', '(', '.', '-', '!', 'true', 'false', 'null', NUM_FLOAT, NUM_INT, NUM_UINT, STRING, BYTES, IDENTIFIER}\n | 1 +\n | ...^"}
+	if diff := cmp.Diff(causesOf(t, err), want); diff != "" {
+		t.Errorf("create with the legacy matchCondition: causes (-got +want):\n%s", diff)
+	}
+
+	p = updated.(*admissionregistrationv1.ValidatingAdmissionPolicy)
+	p.Spec.ParamKind = &admissionregistrationv1.ParamKind{APIVersion: "v1", Kind: "ConfigMap"}
+	_, _, err = s.vap.Update(ctx, "", "legacy", p, WriteOptions{})
+	if diff := cmp.Diff(causesOf(t, err), want); diff != "" {
+		t.Errorf("update changing the paramKind: causes (-got +want):\n%s", diff)
+	}
+
+	// Even where Concord follows kube's strategies (--unconditional-update=kube),
+	// each of the four refuses a replace without a version: 428.
+	storage := etcdstore.New(s.etcd.Client, "/registry")
+	for _, res := range AdmissionPolicyResources {
+		if res.AllowUnconditionalUpdate || res.AllowCreateOnUpdate {
+			t.Errorf("%s: AllowUnconditionalUpdate %t, AllowCreateOnUpdate %t; want neither, as kube's strategy", res.Kind, res.AllowUnconditionalUpdate, res.AllowCreateOnUpdate)
+		}
+	}
+	kubeMode := NewStore(storage, ValidatingAdmissionPolicies, DefaultWatchConfig(), WithUnconditionalUpdate(UnconditionalKube))
+	t.Cleanup(kubeMode.StopWatches)
+	p.Spec.ParamKind = nil
+	p.ResourceVersion = ""
+	_, _, err = kubeMode.Update(ctx, "", "legacy", p, WriteOptions{})
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || status.Status().Code != 428 {
+		t.Errorf("replace without a resourceVersion: %v; want 428", err)
 	}
 }
