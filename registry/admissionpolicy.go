@@ -816,15 +816,14 @@ func validateMutation(compiler plugincel.Compiler, m admissionregistrationv1.Mut
 }
 
 // validatePolicyBinding is kube's validateValidatingAdmissionPolicyBindingSpec and
-// validateMutatingAdmissionPolicyBindingSpec. kube names a validating
-// binding's matchResources "matchResouces" in its causes; so does Concord.
+// validateMutatingAdmissionPolicyBindingSpec.
 func validatePolicyBinding(obj Object) field.ErrorList {
 	p := field.NewPath("spec")
 	switch b := obj.(type) {
 	case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
 		errs := validatePolicyName(b.Spec.PolicyName, p.Child("policyName"))
 		errs = append(errs, validateParamRef(b.Spec.ParamRef, p.Child("paramRef"))...)
-		errs = append(errs, validateMatchResources(b.Spec.MatchResources, p.Child("matchResouces"))...)
+		errs = append(errs, validateMatchResources(b.Spec.MatchResources, p.Child("matchResources"))...)
 		return append(errs, validateValidationActions(b.Spec.ValidationActions, p.Child("validationActions"))...)
 	case *admissionregistrationv1.MutatingAdmissionPolicyBinding:
 		errs := validatePolicyName(b.Spec.PolicyName, p.Child("policyName"))

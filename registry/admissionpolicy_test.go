@@ -348,9 +348,9 @@ func TestAdmissionPolicyValidation(t *testing.T) {
 			"spec.paramRef: Required value: one of name or selector must be specified",
 			`spec.paramRef.parameterNotFoundAction: Unsupported value: "Maybe": supported values: "Deny", "Allow"`,
 		}},
-		{name: "validating binding bad matchResources (kube's misspelt path)", store: s.vapb, obj: vb(func(b *admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec) {
+		{name: "validating binding bad matchResources", store: s.vapb, obj: vb(func(b *admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec) {
 			b.MatchResources = &admissionregistrationv1.MatchResources{MatchPolicy: ptr.To(admissionregistrationv1.MatchPolicyType("Fuzzy"))}
-		}), causes: []string{`spec.matchResouces.matchPolicy: Unsupported value: "Fuzzy": supported values: "Equivalent", "Exact"`}},
+		}), causes: []string{`spec.matchResources.matchPolicy: Unsupported value: "Fuzzy": supported values: "Equivalent", "Exact"`}},
 
 		// MutatingAdmissionPolicy
 		{name: "mutating policy valid, JSONPatch with params and variables", store: s.map_, obj: mp(func(p *admissionregistrationv1.MutatingAdmissionPolicy) {
