@@ -375,7 +375,7 @@ func validateWebhook(h webhookView, rules webhookRules, p *field.Path) field.Err
 	}
 	errs = append(errs, validateClientConfig(h.clientConfig, p.Child("clientConfig"))...)
 	if !rules.ignoreMatchConditions {
-		errs = append(errs, validateMatchConditions(h.matchConditions, rules.storedExpressions, p.Child("matchConditions"))...)
+		errs = append(errs, validateMatchConditions(h.matchConditions, rules.storedExpressions, false, p.Child("matchConditions"))...)
 	}
 	return errs
 }
@@ -511,7 +511,9 @@ func validateRuleResources(resources []string, p *field.Path) field.ErrorList {
 // maxMatchConditions is kube's limit per webhook.
 const maxMatchConditions = 64
 
-func validateMatchConditions(conditions []admissionregistrationv1.MatchCondition, stored sets.Set[string], p *field.Path) field.ErrorList {
+// validateMatchConditions is kube's, for webhooks and policies: a policy
+// with a paramKind has params in its conditions (hasParams).
+func validateMatchConditions(conditions []admissionregistrationv1.MatchCondition, stored sets.Set[string], hasParams bool, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	if len(conditions) > maxMatchConditions {
 		errs = append(errs, field.TooMany(p, len(conditions), maxMatchConditions))
@@ -522,7 +524,7 @@ func validateMatchConditions(conditions []admissionregistrationv1.MatchCondition
 		if expr := strings.TrimSpace(mc.Expression); expr == "" {
 			errs = append(errs, field.Required(ip.Child("expression"), ""))
 		} else {
-			errs = append(errs, compileMatchCondition(expr, stored.Has(expr), ip.Child("expression"))...)
+			errs = append(errs, compileMatchCondition(expr, stored.Has(expr), hasParams, ip.Child("expression"))...)
 		}
 		if mc.Name == "" {
 			errs = append(errs, field.Required(ip.Child("name"), ""))
@@ -540,33 +542,48 @@ func validateMatchConditions(conditions []admissionregistrationv1.MatchCondition
 	return errs
 }
 
-// matchConditionCompiler is kube's stateless compiler of match conditions,
-// at the default compatibility version, made at its first use.
-var matchConditionCompiler = sync.OnceValue(func() plugincel.Compiler {
+// statelessCELCompiler is kube's stateless compiler of match conditions and
+// of the expressions of a policy without variables, at the default
+// compatibility version, made at its first use.
+var statelessCELCompiler = sync.OnceValue(func() plugincel.Compiler {
 	return plugincel.NewCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
 })
 
 // compileMatchCondition is kube's validateMatchConditionsExpression: the
 // expression must compile to a bool with the request, object, oldObject
-// and authorizer variables; one already stored compiles in the stored
-// environment.
-func compileMatchCondition(expr string, stored bool, p *field.Path) field.ErrorList {
+// and authorizer variables (and params, with hasParams); one already
+// stored compiles in the stored environment.
+func compileMatchCondition(expr string, stored, hasParams bool, p *field.Path) field.ErrorList {
+	accessor := &matchconditions.MatchCondition{Expression: expr}
+	return compileCEL(statelessCELCompiler(), accessor, plugincel.OptionalVariableDeclarations{HasParams: hasParams, HasAuthorizer: true}, stored, p)
+}
+
+// compileCEL compiles an expression as kube's validateCELCondition does
+// (in the stored environment when it is already stored) and reports its
+// error as kube's convertCELErrorToValidationError.
+func compileCEL(c plugincel.Compiler, accessor plugincel.ExpressionAccessor, decls plugincel.OptionalVariableDeclarations, stored bool, p *field.Path) field.ErrorList {
 	envType := environment.NewExpressions
 	if stored {
 		envType = environment.StoredExpressions
 	}
-	accessor := &matchconditions.MatchCondition{Expression: expr}
-	result := matchConditionCompiler().CompileCELExpression(accessor, plugincel.OptionalVariableDeclarations{HasAuthorizer: true}, envType)
+	result := c.CompileCELExpression(accessor, decls, envType)
 	if result.Error == nil {
 		return nil
 	}
-	switch result.Error.Type {
+	return field.ErrorList{celFieldError(p, accessor.GetExpression(), result.Error)}
+}
+
+// celFieldError is kube's convertCELErrorToValidationError.
+func celFieldError(p *field.Path, expr string, err *cel.Error) *field.Error {
+	switch err.Type {
 	case cel.ErrorTypeRequired:
-		return field.ErrorList{field.Required(p, result.Error.Detail)}
+		return field.Required(p, err.Detail)
 	case cel.ErrorTypeInvalid:
-		return field.ErrorList{field.Invalid(p, expr, result.Error.Detail)}
+		return field.Invalid(p, expr, err.Detail)
+	case cel.ErrorTypeInternal:
+		return field.InternalError(p, err)
 	default:
-		return field.ErrorList{field.InternalError(p, result.Error)}
+		return field.InternalError(p, fmt.Errorf("unsupported error type: %w", err))
 	}
 }
 
