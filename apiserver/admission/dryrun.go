@@ -124,16 +124,21 @@ type policyDryRun struct {
 }
 
 // run checks the objects of every store whose resource the policy and
-// binding may select, each resource once (in the first of its served
-// versions they select), until ctx ends.
+// binding may select, until ctx ends: each stored object once, through
+// the first of the resources serving it that they select (a custom
+// resource's versions, Events at v1 and events.k8s.io/v1).
 func (d *policyDryRun) run(ctx context.Context, stores []*registry.Store) {
 	done := map[schema.GroupResource]bool{}
 	for _, s := range stores {
 		res := s.Resource
-		if res.CreateOnly || excludedFromPolicies(res.GroupResource()) || done[res.GroupResource()] || !d.mayMatch(res) {
+		stored := res.GroupResource()
+		if res.Storage != nil {
+			stored = res.Storage.Of.GroupResource()
+		}
+		if res.CreateOnly || excludedFromPolicies(res.GroupResource()) || done[stored] || !d.mayMatch(res) {
 			continue
 		}
-		done[res.GroupResource()] = true
+		done[stored] = true
 		if !d.checkResource(ctx, s) {
 			return
 		}

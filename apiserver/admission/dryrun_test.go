@@ -26,6 +26,7 @@ import (
 type policyEnv struct {
 	ctx                                        context.Context
 	policies, bindings, configmaps, namespaces *registry.Store
+	catalogStores                              Stores
 }
 
 func newPolicyEnv(t *testing.T) *policyEnv {
@@ -48,11 +49,12 @@ func newPolicyEnv(t *testing.T) *policyEnv {
 		t.Fatal(err)
 	}
 	v := &policyEnv{
-		ctx:        ctx,
-		policies:   lookup("admissionregistration.k8s.io", "validatingadmissionpolicies"),
-		bindings:   lookup("admissionregistration.k8s.io", "validatingadmissionpolicybindings"),
-		configmaps: lookup("", "configmaps"),
-		namespaces: lookup("", "namespaces"),
+		ctx:           ctx,
+		policies:      lookup("admissionregistration.k8s.io", "validatingadmissionpolicies"),
+		bindings:      lookup("admissionregistration.k8s.io", "validatingadmissionpolicybindings"),
+		configmaps:    lookup("", "configmaps"),
+		namespaces:    lookup("", "namespaces"),
+		catalogStores: catalog.Stores,
 	}
 	chain.Policies = NewPolicies(PolicyConfig{
 		Storage:            storage,
@@ -358,6 +360,50 @@ func TestDryRunBounds(t *testing.T) {
 	ctx, rec := v.withRecorder()
 	if _, err := v.bindings.Create(ctx, "", binding("b", "no-forbidden", nil, nil), registry.WriteOptions{DryRun: true}); err != nil {
 		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, rec.got()); diff != "" {
+		t.Errorf("warnings of the dry run (-want +got):\n%s", diff)
+	}
+}
+
+// TestDryRunObjectsOnce: an Event, served at v1 and events.k8s.io/v1,
+// is checked once by a policy that selects both.
+func TestDryRunObjectsOnce(t *testing.T) {
+	v := newPolicyEnv(t)
+	events, ok := func() (*registry.Store, bool) {
+		for _, s := range v.catalogStores() {
+			if s.Resource == registry.Events {
+				return s, true
+			}
+		}
+		return nil, false
+	}()
+	if !ok {
+		t.Fatal("no store of v1 events")
+	}
+	ev := &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Namespace: "default", Name: "started"},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: "default", Name: "p"},
+		Reason:         "Started", Message: "started", Type: corev1.EventTypeNormal,
+		Source: corev1.EventSource{Component: "test"},
+	}
+	if _, err := events.Create(v.ctx, "default", ev, registry.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	policy := noForbiddenKey("no-events")
+	rule := &policy.Spec.MatchConstraints.ResourceRules[0].Rule
+	rule.APIGroups, rule.Resources = []string{"", "events.k8s.io"}, []string{"events"}
+	policy.Spec.Validations = []admissionregistrationv1.Validation{{Expression: "false", Message: "no events"}}
+	if _, err := v.policies.Create(v.ctx, "", policy, registry.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, rec := v.withRecorder()
+	if _, err := v.bindings.Create(ctx, "", binding("b", "no-events", nil, nil), registry.WriteOptions{DryRun: true}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"dry run of ValidatingAdmissionPolicyBinding 'b': would deny events default/started: ValidatingAdmissionPolicy 'no-events' with binding 'b' denied request: no events",
+		summary("b", 1, 1),
 	}
 	if diff := cmp.Diff(want, rec.got()); diff != "" {
 		t.Errorf("warnings of the dry run (-want +got):\n%s", diff)
