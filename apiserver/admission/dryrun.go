@@ -222,6 +222,7 @@ func (d *policyDryRun) check(ctx context.Context, res *registry.Resource, obj ru
 	}
 	m, err := meta.Accessor(obj)
 	if err != nil {
+		d.report.warn(fmt.Sprintf("a %s without metadata was not checked: %v", res.GroupResource(), err))
 		return
 	}
 	attrs, o := attributes(ctx, &registry.AdmissionRequest{
