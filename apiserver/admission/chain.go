@@ -63,7 +63,13 @@ func (c *Chain) Validate(ctx context.Context, req *registry.AdmissionRequest) er
 		}
 	}
 	if c.Webhooks != nil {
-		return c.Webhooks.validating.Validate(ctx, attrs, o)
+		if err := c.Webhooks.validating.Validate(ctx, attrs, o); err != nil {
+			return err
+		}
+	}
+	// A binding's dry run, once the write of it is admitted (dryrun.go).
+	if c.Policies != nil && isBindingDryRun(req) {
+		c.Policies.dryRun(ctx, req)
 	}
 	return nil
 }
