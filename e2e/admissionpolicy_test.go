@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -13,11 +14,13 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
 
 	"github.com/concord-dev/concord/etcdstore/etcdtest"
 )
@@ -494,16 +497,19 @@ spec:
   matchResources:
 ` + policyFields
 
-// TestAdmissionPoliciesAcrossReplicas: a policy and binding created with
-// kubectl through replica A count on replica B from the moment kubectl
-// returned: a violating write through B right after (no wait) is refused,
-// every time.
+// TestAdmissionPoliciesAcrossReplicas: a policy and binding made through
+// replica A count on replica B from the moment their create returned, and
+// a deleted binding stops counting as soon: kubectl apply through A, and a
+// violating write through B the moment kubectl printed the binding's
+// line, is refused every time; then, with client-go (a tighter race), a
+// binding created through A refuses the next write through B and, deleted
+// through A, admits the one after.
 func TestAdmissionPoliciesAcrossReplicas(t *testing.T) {
 	t.Parallel()
 	if _, err := os.Stat(kubectlPath); err != nil {
 		t.Fatalf("this test drives the real kubectl: %v", err)
 	}
-	const rounds = 20
+	const kubectlRounds, clientRounds = 20, 300
 	tmp := t.TempDir()
 	certDir := filepath.Join(tmp, "tls") // one CA for both replicas
 	etcd := etcdtest.Start(t).Endpoint
@@ -514,28 +520,94 @@ func TestAdmissionPoliciesAcrossReplicas(t *testing.T) {
 		args := append(append([]string{}, rbacFlags...), "--etcd-servers", etcd, "--cert-dir", certDir, "--write-kubeconfig", kubeconfigs[i])
 		startConcord(t, name, dir, args...)
 	}
-	a := &kubectlUser{t: t, kubeconfig: kubeconfigs[0], cacheDir: filepath.Join(tmp, "cache-a")}
-	b := kubeconfigClient(t, kubeconfigs[1])
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	a, b := kubeconfigClient(t, kubeconfigs[0]), kubeconfigClient(t, kubeconfigs[1])
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
-	for i := range rounds {
-		p, bnd := fmt.Sprintf("p%02d", i), fmt.Sprintf("b%02d", i)
-		manifest := configMapPolicy(p, fmt.Sprintf(`  validations:
-  - expression: "!has(object.data) || !('round-%02d' in object.data)"
-    message: round %02d
-`, i, i)) + "---\n" + policyBinding(bnd, p, "Deny", "", "")
-		path := filepath.Join(tmp, p+".yaml")
-		writeFile(t, path, manifest)
-		if out := a.run("apply", "-f", path); out != "validatingadmissionpolicy.admissionregistration.k8s.io/"+p+" created\nvalidatingadmissionpolicybinding.admissionregistration.k8s.io/"+bnd+" created\n" {
-			t.Fatalf("round %d: kubectl apply through A printed %q", i, out)
-		}
-		name := fmt.Sprintf("cm-%02d", i)
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Data: map[string]string{fmt.Sprintf("round-%02d", i): "x"}}
+	marked := func(name, key string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Data: map[string]string{key: "x"}}
+	}
+	refusedByB := func(what string, cm *corev1.ConfigMap, policy, binding, message string) {
+		t.Helper()
 		_, err := b.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{})
-		wantStatus(t, fmt.Sprintf("round %d: create through B", i), err, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid,
-			fmt.Sprintf(`configmaps "%s" is forbidden: ValidatingAdmissionPolicy '%s' with binding '%s' denied request: round %02d`, name, p, bnd, i))
-		if _, err := b.CoreV1().ConfigMaps("default").Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-			t.Errorf("round %d: GET of the refused ConfigMap through B: %v; want NotFound", i, err)
+		wantStatus(t, what+": create through B", err, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid,
+			fmt.Sprintf(`configmaps "%s" is forbidden: ValidatingAdmissionPolicy '%s' with binding '%s' denied request: %s`, cm.Name, policy, binding, message))
+		if _, err := b.CoreV1().ConfigMaps("default").Get(ctx, cm.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("%s: GET of the refused ConfigMap through B: %v; want NotFound", what, err)
 		}
 	}
+
+	for i := range kubectlRounds {
+		p, bnd := fmt.Sprintf("p%02d", i), fmt.Sprintf("b%02d", i)
+		path := filepath.Join(tmp, p+".yaml")
+		writeFile(t, path, configMapPolicy(p, fmt.Sprintf(`  validations:
+  - expression: "!has(object.data) || !('round-%02d' in object.data)"
+    message: round %02d
+`, i, i))+"---\n"+policyBinding(bnd, p, "Deny", "", ""))
+		bindingLine := "validatingadmissionpolicybinding.admissionregistration.k8s.io/" + bnd + " created"
+		out := kubectlOnLine(t, ctx, kubeconfigs[0], filepath.Join(tmp, "cache-a"), bindingLine, func() {
+			refusedByB(fmt.Sprintf("round %d", i), marked(fmt.Sprintf("cm-%02d", i), fmt.Sprintf("round-%02d", i)), p, bnd, fmt.Sprintf("round %02d", i))
+		}, "apply", "-f", path)
+		if want := "validatingadmissionpolicy.admissionregistration.k8s.io/" + p + " created\n" + bindingLine + "\n"; out != want {
+			t.Fatalf("round %d: kubectl apply through A printed %q; want %q", i, out, want)
+		}
+	}
+
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{}
+	if err := yaml.Unmarshal([]byte(configMapPolicy("deny-marked", `  validations:
+  - expression: "!has(object.data) || !('deny' in object.data)"
+    message: marked
+`)), policy); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+	if err := yaml.Unmarshal([]byte(policyBinding("deny-marked", "deny-marked", "Deny", "", "")), binding); err != nil {
+		t.Fatal(err)
+	}
+	bindings := a.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings()
+	for i := range clientRounds {
+		if _, err := bindings.Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("round %d: create the binding through A: %v", i, err)
+		}
+		refusedByB(fmt.Sprintf("client round %d", i), marked(fmt.Sprintf("refused-%03d", i), "deny"), "deny-marked", "deny-marked", "marked")
+		if err := bindings.Delete(ctx, binding.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatalf("round %d: delete the binding through A: %v", i, err)
+		}
+		if _, err := b.CoreV1().ConfigMaps("default").Create(ctx, marked(fmt.Sprintf("admitted-%03d", i), "deny"), metav1.CreateOptions{}); err != nil {
+			t.Errorf("client round %d: create through B right after the binding's delete through A: %v; want it admitted", i, err)
+		}
+	}
+}
+
+// kubectlOnLine runs kubectl, calls do as soon as it printed line (before
+// it exits), and returns its stdout; kubectl must exit 0 and print line.
+func kubectlOnLine(t *testing.T, ctx context.Context, kubeconfig, cacheDir, line string, do func(), args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, kubectlPath, append([]string{"--kubeconfig", kubeconfig, "--cache-dir", cacheDir, "--request-timeout", "20s"}, args...)...)
+	var errOut strings.Builder
+	cmd.Stderr = &errOut
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	seen := false
+	for sc := bufio.NewScanner(stdout); sc.Scan(); {
+		out.WriteString(sc.Text() + "\n")
+		if sc.Text() == line && !seen {
+			seen = true
+			do()
+		}
+	}
+	if err := cmd.Wait(); err != nil || !seen {
+		t.Fatalf("kubectl %s: %v; printed %q (want the line %q), stderr %q", strings.Join(args, " "), err, out.String(), line, errOut.String())
+	}
+	return out.String()
 }
