@@ -406,6 +406,51 @@ func TestAdmissionPolicies(t *testing.T) {
 				t.Errorf("ConfigMap by-someone: data %v; want k=v", got.Data)
 			}
 		}},
+		{"every write path", func(t *testing.T) {
+			k.run(t, "create", "namespace", "paths")
+			e.applyDeleted(t, "paths.yaml", `apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: p}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+`+policyFields+`    resourceRules:
+    - {apiGroups: [""], apiVersions: ["v1"], operations: ["*"], resources: ["configmaps"], scope: "*"}
+  validations:
+  - expression: "request.operation != 'DELETE' || !has(oldObject.metadata.labels) || !('protected' in oldObject.metadata.labels)"
+    message: protected
+  - expression: "request.operation == 'DELETE' || !has(object.data) || size(object.data) <= 2"
+    message: at most two keys
+---
+`+policyBinding("b", "p", "Deny", "    namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: paths}}\n    objectSelector: {}\n", ""), vapCreated+bindingCreated)
+			invalid := func(name, message string) string {
+				return `The configmaps "` + name + `" is invalid: : ValidatingAdmissionPolicy 'p' with binding 'b' denied request: ` + message + "\n"
+			}
+			path := k.writeFile(t, "three.yaml", configMapManifest("paths", "three", 3), 0o600)
+			e.kubectl(t, 1, "", invalid("three", "at most two keys"), "apply", "--server-side", "-f", path)
+			e.kubectl(t, 1, "", invalid("three", "at most two keys"), "create", "--dry-run=server", "-f", path)
+			if _, err := e.client.CoreV1().ConfigMaps("paths").Get(e.ctx, "three", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				t.Errorf("GET of the refused ConfigMap three: %v; want NotFound", err)
+			}
+			k.run(t, "-n", "paths", "create", "configmap", "keep", "--from-literal=k1=v")
+			k.run(t, "-n", "paths", "label", "configmap", "keep", "protected=yes")
+			k.run(t, "-n", "paths", "create", "configmap", "gone", "--from-literal=k1=v")
+			e.kubectl(t, 1, "", invalid("keep", "at most two keys"), "-n", "paths", "patch", "configmap", "keep", "-p", `{"data":{"k2":"v","k3":"v"}}`)
+			e.kubectl(t, 1, "", invalid("keep", "at most two keys"), "-n", "paths", "apply", "--server-side", "--force-conflicts", "-f",
+				k.writeFile(t, "keep.yaml", configMapManifest("paths", "keep", 3), 0o600))
+			e.kubectl(t, 1, "", invalid("keep", "protected"), "-n", "paths", "delete", "configmap", "keep")
+			// A delete of the collection is admitted item by item, as kube's,
+			// whose attributes carry no name: kube's "Unknown".
+			err := e.client.CoreV1().ConfigMaps("paths").DeleteCollection(e.ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+			wantStatus(t, "delete the collection", err, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid,
+				`configmaps "Unknown" is forbidden: ValidatingAdmissionPolicy 'p' with binding 'b' denied request: protected`)
+			if got := k.configMap(t, "paths", "keep"); !maps.Equal(got.Data, map[string]string{"k1": "v"}) || got.Labels["protected"] != "yes" {
+				t.Errorf("ConfigMap keep after the refused writes: data %v, labels %v; want k1 and protected=yes", got.Data, got.Labels)
+			}
+			if _, err := e.client.CoreV1().ConfigMaps("paths").Get(e.ctx, "gone", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				t.Errorf("GET of ConfigMap gone after the collection's delete: %v; want NotFound (deleted before keep was refused)", err)
+			}
+		}},
 		{"mutating", func(t *testing.T) {
 			e.applyDeleted(t, "mutating.yaml", mutatingPolicies, "mutatingadmissionpolicy.admissionregistration.k8s.io/add-label created\n"+
 				"mutatingadmissionpolicybinding.admissionregistration.k8s.io/add-label created\n"+
