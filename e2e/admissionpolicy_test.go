@@ -460,6 +460,16 @@ spec:
 			if got := k.configMap(t, "default", "labelled"); !maps.Equal(got.Labels, map[string]string{"mutated": "yes"}) || got.Data["k"] != "v" {
 				t.Errorf("ConfigMap labelled: labels %v, data %v; want the policy's label mutated=yes and k=v", got.Labels, got.Data)
 			}
+			// As a webhook's, the policy's change is owned by no manager.
+			stored := k.managedConfigMap(t, "labelled")
+			if len(stored.ManagedFields) != 1 || stored.ManagedFields[0].Manager != "kubectl-create" {
+				t.Errorf("ConfigMap labelled: managedFields %s; want one entry, kubectl-create's", describeManaged(stored.ManagedFields))
+			}
+			for _, mf := range stored.ManagedFields {
+				if keys := fieldKeys(fieldsOf(t, &mf), "f:metadata", "f:labels"); keys != nil {
+					t.Errorf("ConfigMap labelled: %s owns labels %q; want none (the policy's label is nobody's)", mf.Manager, keys)
+				}
+			}
 			path := k.writeFile(t, "own-label.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: own-label\n  namespace: default\n  labels: {app: x}\n", 0o600)
 			k.run(t, "apply", "-f", path)
 			if got := k.configMap(t, "default", "own-label"); !maps.Equal(got.Labels, map[string]string{"app": "x", "mutated": "yes"}) {
