@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"testing"
 	"time"
@@ -289,4 +290,39 @@ func TestPoliciesMayMutate(t *testing.T) {
 	}
 	v.remove(t, v.mapBindings, "mb")
 	mayMutate(false, "the mutating binding deleted")
+}
+
+// TestPolicyReinvocation: a policy with reinvocationPolicy IfNeeded runs
+// again when a policy after it changed the object, as kube's chain
+// reinvokes; one with Never does not. Concord runs the policies in the
+// order of their names.
+func TestPolicyReinvocation(t *testing.T) {
+	for _, tc := range []struct {
+		reinvocation admissionregistrationv1.ReinvocationPolicyType
+		copied       string
+	}{
+		{admissionregistrationv1.IfNeededReinvocationPolicy, "b"},
+		{admissionregistrationv1.NeverReinvocationPolicy, "none"},
+	} {
+		t.Run(string(tc.reinvocation), func(t *testing.T) {
+			v := newPolicyEnv(t)
+			copier := labelPolicy("a-copy", nil)
+			copier.Spec.ReinvocationPolicy = tc.reinvocation
+			copier.Spec.Mutations[0].ApplyConfiguration.Expression = `Object{data: {"copy": has(object.data) && "source" in object.data ? object.data["source"] : "none"}}`
+			source := labelPolicy("b-source", nil)
+			source.Spec.Mutations[0].ApplyConfiguration.Expression = `Object{data: {"source": "b"}}`
+			v.store(t, v.maps, copier)
+			v.store(t, v.maps, source)
+			v.store(t, v.mapBindings, mutatingBinding("a-copy", "a-copy"))
+			v.store(t, v.mapBindings, mutatingBinding("b-source", "b-source"))
+			req := v.createConfigMap("cm")
+			if err := v.chain.Mutate(v.ctx, req); err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]string{"k": "v", "source": "b", "copy": tc.copied}
+			if got := req.Object.(*corev1.ConfigMap).Data; !maps.Equal(got, want) {
+				t.Fatalf("mutated data %v; want %v", got, want)
+			}
+		})
+	}
 }
