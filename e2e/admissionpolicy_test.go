@@ -327,6 +327,20 @@ func TestAdmissionPolicies(t *testing.T) {
 			e.wantAdmitted(t, configMap("default", "three", 3, checked))
 			e.wantRefused(t, configMap("default", "four", 4, checked), http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, policyDenied("four", "at most 3 keys"))
 		}},
+		{"params in the object's namespace", func(t *testing.T) {
+			// paramRef without a namespace: the params of the written
+			// object's namespace (params/limits says 3 by now).
+			k.run(t, "-n", "default", "create", "configmap", "limits", "--from-literal=limit=1")
+			e.applyDeleted(t, "params.yaml", paramsPolicy("ConfigMap", "int(params.data.limit)", "params.data.limit")+"---\n"+
+				policyBinding("b", "p", "Deny", checkedOnly, "  paramRef: {name: limits, parameterNotFoundAction: Deny}\n"),
+				vapCreated+bindingCreated)
+			checked := map[string]string{"check": "params"}
+			e.wantRefused(t, configMap("default", "ns-two", 2, checked), http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, policyDenied("ns-two", "at most 1 keys"))
+			e.wantAdmitted(t, configMap("params", "ns-two", 2, checked))
+			k.run(t, "create", "namespace", "noparams")
+			e.wantRefused(t, configMap("noparams", "ns-one", 1, checked), http.StatusUnprocessableEntity, metav1.StatusReasonInvalid,
+				policyDenied("ns-one", "failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction"))
+		}},
 		{"params by selector", func(t *testing.T) {
 			k.run(t, "-n", "params", "create", "configmap", "small", "--from-literal=limit=1")
 			k.run(t, "-n", "params", "label", "configmap", "small", "set=a")
@@ -478,6 +492,33 @@ spec:
 			k.run(t, "apply", "-f", k.writeFile(t, "w.yaml", "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w, namespace: default}\nspec: {size: 1, color: blue}\n", 0o600))
 			if out := k.run(t, "get", "widget", "w", "-o", "jsonpath={.spec.size} {.spec.color}"); out != "7 blue" {
 				t.Errorf("Widget w: spec.size and color %q; want %q (the JSONPatch's size)", out, "7 blue")
+			}
+			// An ApplyConfiguration on a custom resource merges by the CRD's
+			// schema.
+			e.applyDeleted(t, "paint.yaml", `apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata: {name: paint}
+spec:
+  failurePolicy: Fail
+  reinvocationPolicy: Never
+  matchConstraints:
+`+policyFields+`    resourceRules:
+    - {apiGroups: [example.com], apiVersions: ["v1"], operations: ["CREATE"], resources: ["widgets"], scope: "*"}
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: 'Object{spec: Object.spec{color: "red"}, metadata: Object.metadata{labels: {"painted": "yes"}}}'
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicyBinding
+metadata: {name: paint}
+spec:
+  policyName: paint
+  matchResources:
+`+policyFields, "mutatingadmissionpolicy.admissionregistration.k8s.io/paint created\nmutatingadmissionpolicybinding.admissionregistration.k8s.io/paint created\n")
+			k.run(t, "apply", "-f", k.writeFile(t, "w2.yaml", "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w2, namespace: default, labels: {app: x}}\nspec: {size: 1, color: blue}\n", 0o600))
+			if out := k.run(t, "get", "widget", "w2", "-o", "jsonpath={.spec.size} {.spec.color} {.metadata.labels}"); out != `7 red {"app":"x","painted":"yes"}` {
+				t.Errorf("Widget w2: %q; want %q (both policies' changes, the labels merged)", out, `7 red {"app":"x","painted":"yes"}`)
 			}
 		}},
 	} {
