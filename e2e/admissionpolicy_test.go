@@ -31,6 +31,7 @@ type policyEnv struct {
 	k      *kubectlSession
 	client kubernetes.Interface
 	ctx    context.Context
+	args   []string // the binary's, for a restart
 }
 
 // policyFields are what every manifest of these tests sets, since the
@@ -97,7 +98,7 @@ func startPolicyEnv(t *testing.T) *policyEnv {
 	tmp := t.TempDir()
 	args := append(append([]string{}, rbacFlags...), "--data-dir", filepath.Join(tmp, "data"))
 	srv := startConcord(t, "concord (RBAC)", t.TempDir(), args...)
-	e := &policyEnv{k: &kubectlSession{srv: srv, cacheDir: filepath.Join(tmp, "kubectl-cache"), tmp: tmp}}
+	e := &policyEnv{k: &kubectlSession{srv: srv, cacheDir: filepath.Join(tmp, "kubectl-cache"), tmp: tmp}, args: args}
 	e.client = kubeconfigClient(t, srv.kubeconfig)
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	t.Cleanup(cancel)
@@ -239,6 +240,7 @@ func TestAdmissionPolicies(t *testing.T) {
 	t.Parallel()
 	e := startPolicyEnv(t)
 	k := e.k
+	top := t // the binary restarted by a step runs past it
 	for _, step := range []struct {
 		name string
 		run  func(t *testing.T)
@@ -520,6 +522,14 @@ spec:
 			if out := k.run(t, "get", "widget", "w2", "-o", "jsonpath={.spec.size} {.spec.color} {.metadata.labels}"); out != `7 red {"app":"x","painted":"yes"}` {
 				t.Errorf("Widget w2: %q; want %q (both policies' changes, the labels merged)", out, `7 red {"app":"x","painted":"yes"}`)
 			}
+		}},
+		{"after a restart", func(t *testing.T) {
+			// The first write the restarted binary takes sees the policies.
+			e.applyDeleted(t, "kept.yaml", maxKeysPolicy+"---\n"+policyBinding("b", "p", "Deny", "", ""), vapCreated+bindingCreated)
+			k.srv.stopCleanly(t)
+			k.srv = startConcord(top, "concord (RBAC, restarted)", top.TempDir(), e.args...)
+			e.client = kubeconfigClient(t, k.srv.kubeconfig)
+			e.wantRefused(t, configMap("default", "after-restart", 3, nil), http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, policyDenied("after-restart", "at most two keys"))
 		}},
 	} {
 		if !t.Run(step.name, step.run) {
