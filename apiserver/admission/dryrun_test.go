@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -15,74 +14,8 @@ import (
 	"k8s.io/apiserver/pkg/warning"
 	"k8s.io/utils/ptr"
 
-	"github.com/concord-dev/concord/apiserver/filters"
-	"github.com/concord-dev/concord/etcdstore"
-	"github.com/concord-dev/concord/etcdstore/etcdtest"
 	"github.com/concord-dev/concord/registry"
 )
-
-// policyEnv is a real etcd, the registry's stores admitted by the
-// policies' chain, and the policies' view running.
-type policyEnv struct {
-	ctx                                        context.Context
-	policies, bindings, configmaps, namespaces *registry.Store
-	catalogStores                              Stores
-}
-
-func newPolicyEnv(t *testing.T) *policyEnv {
-	t.Helper()
-	e := etcdtest.Start(t)
-	storage := etcdstore.NewWithOptions(e.Client, "/registry", etcdstore.Options{Bump: registry.AdmissionPolicyBump()})
-	chain := &Chain{}
-	stores := registry.NewStores(storage, registry.DefaultWatchConfig(), registry.WithAdmission(chain))
-	catalog := registry.NewCatalog(stores)
-	lookup := func(group, resource string) *registry.Store {
-		s, ok := catalog.Lookup(group, "v1", resource)
-		if !ok {
-			t.Fatalf("no store of %s/v1 %s", group, resource)
-		}
-		return s
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	if err := registry.EnsureSystemNamespaces(ctx, stores); err != nil {
-		t.Fatal(err)
-	}
-	v := &policyEnv{
-		ctx:           ctx,
-		policies:      lookup("admissionregistration.k8s.io", "validatingadmissionpolicies"),
-		bindings:      lookup("admissionregistration.k8s.io", "validatingadmissionpolicybindings"),
-		configmaps:    lookup("", "configmaps"),
-		namespaces:    lookup("", "namespaces"),
-		catalogStores: catalog.Stores,
-	}
-	chain.Policies = NewPolicies(PolicyConfig{
-		Storage:            storage,
-		ValidatingPolicies: v.policies,
-		ValidatingBindings: v.bindings,
-		MutatingPolicies:   lookup("admissionregistration.k8s.io", "mutatingadmissionpolicies"),
-		MutatingBindings:   lookup("admissionregistration.k8s.io", "mutatingadmissionpolicybindings"),
-		Namespaces:         v.namespaces,
-		Stores:             catalog.Stores,
-		Authorizer:         filters.AlwaysAllow,
-	})
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		chain.Policies.Run(runCtx)
-	}()
-	t.Cleanup(func() {
-		stop()
-		<-done
-	})
-	select {
-	case <-chain.Policies.Synced():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the policies' view did not sync in 10 s")
-	}
-	return v
-}
 
 // recorder keeps the warnings of one request, in order.
 type recorder struct {
@@ -198,7 +131,7 @@ func TestDryRunBinding(t *testing.T) {
 	v.configMap(t, "team-a", "ok-1", map[string]string{"app": "web"}, map[string]string{"fine": "x"})
 	v.configMap(t, "team-b", "bad-2", map[string]string{"app": "db"}, forbidden)
 	v.configMap(t, "team-b", "empty", map[string]string{"app": "db"}, nil)
-	if _, err := v.policies.Create(v.ctx, "", noForbiddenKey("no-forbidden"), registry.WriteOptions{}); err != nil {
+	if _, err := v.vaps.Create(v.ctx, "", noForbiddenKey("no-forbidden"), registry.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// A policy whose key comes from its params (a ConfigMap, itself among
@@ -209,7 +142,7 @@ func TestDryRunBinding(t *testing.T) {
 		Expression:        "!has(object.data) || !(params.data.key in object.data)",
 		MessageExpression: "'key ' + params.data.key + ' is not allowed in ' + object.metadata.name",
 	}}
-	if _, err := v.policies.Create(v.ctx, "", paramKey, registry.WriteOptions{}); err != nil {
+	if _, err := v.vaps.Create(v.ctx, "", paramKey, registry.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	v.configMap(t, "kube-system", "rules", nil, map[string]string{"key": "forbidden"})
@@ -272,13 +205,13 @@ func TestDryRunBinding(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, rec := v.withRecorder()
-			if _, err := v.bindings.Create(ctx, "", tc.binding, registry.WriteOptions{DryRun: true}); err != nil {
+			if _, err := v.vapBindings.Create(ctx, "", tc.binding, registry.WriteOptions{DryRun: true}); err != nil {
 				t.Fatalf("dry-run create of binding %s: %v", tc.binding.Name, err)
 			}
 			if diff := cmp.Diff(tc.want, rec.got()); diff != "" {
 				t.Errorf("warnings of the dry-run create of binding %s (-want +got):\n%s", tc.binding.Name, diff)
 			}
-			if _, err := v.bindings.Get(v.ctx, "", tc.binding.Name); !apierrors.IsNotFound(err) {
+			if _, err := v.vapBindings.Get(v.ctx, "", tc.binding.Name); !apierrors.IsNotFound(err) {
 				t.Errorf("GET of binding %s after its dry run: %v; want NotFound", tc.binding.Name, err)
 			}
 		})
@@ -287,13 +220,13 @@ func TestDryRunBinding(t *testing.T) {
 	// A binding created for real gets no dry run; a dry-run update of it
 	// to Deny does, and leaves it as it was.
 	ctx, rec := v.withRecorder()
-	if _, err := v.bindings.Create(ctx, "", binding("warn", "no-forbidden", nil, nil), registry.WriteOptions{}); err != nil {
+	if _, err := v.vapBindings.Create(ctx, "", binding("warn", "no-forbidden", nil, nil), registry.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := rec.got(); len(got) != 0 {
 		t.Errorf("warnings of a create of binding warn: %q; want none", got)
 	}
-	obj, err := v.bindings.Get(v.ctx, "", "warn")
+	obj, err := v.vapBindings.Get(v.ctx, "", "warn")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +234,7 @@ func TestDryRunBinding(t *testing.T) {
 	deny := stored.DeepCopy()
 	deny.Spec.ValidationActions = []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}
 	ctx, rec = v.withRecorder()
-	if _, _, err := v.bindings.Update(ctx, "", "warn", deny, registry.WriteOptions{DryRun: true}); err != nil {
+	if _, _, err := v.vapBindings.Update(ctx, "", "warn", deny, registry.WriteOptions{DryRun: true}); err != nil {
 		t.Fatalf("dry-run update of binding warn: %v", err)
 	}
 	want := []string{
@@ -313,7 +246,7 @@ func TestDryRunBinding(t *testing.T) {
 	if diff := cmp.Diff(want, rec.got()); diff != "" {
 		t.Errorf("warnings of the dry-run update of binding warn (-want +got):\n%s", diff)
 	}
-	obj, err = v.bindings.Get(v.ctx, "", "warn")
+	obj, err = v.vapBindings.Get(v.ctx, "", "warn")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +267,7 @@ func TestDryRunBounds(t *testing.T) {
 	for i := range objects {
 		v.configMap(t, "many", fmt.Sprintf("bad-%02d", i), nil, map[string]string{"forbidden": "x"})
 	}
-	if _, err := v.policies.Create(v.ctx, "", noForbiddenKey("no-forbidden"), registry.WriteOptions{}); err != nil {
+	if _, err := v.vaps.Create(v.ctx, "", noForbiddenKey("no-forbidden"), registry.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// The first denials whose warnings fit in dryRunDenialChars are named.
@@ -358,7 +291,7 @@ func TestDryRunBounds(t *testing.T) {
 		summary("b", limit, limit),
 	)
 	ctx, rec := v.withRecorder()
-	if _, err := v.bindings.Create(ctx, "", binding("b", "no-forbidden", nil, nil), registry.WriteOptions{DryRun: true}); err != nil {
+	if _, err := v.vapBindings.Create(ctx, "", binding("b", "no-forbidden", nil, nil), registry.WriteOptions{DryRun: true}); err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff(want, rec.got()); diff != "" {
@@ -394,11 +327,11 @@ func TestDryRunObjectsOnce(t *testing.T) {
 	rule := &policy.Spec.MatchConstraints.ResourceRules[0].Rule
 	rule.APIGroups, rule.Resources = []string{"", "events.k8s.io"}, []string{"events"}
 	policy.Spec.Validations = []admissionregistrationv1.Validation{{Expression: "false", Message: "no events"}}
-	if _, err := v.policies.Create(v.ctx, "", policy, registry.WriteOptions{}); err != nil {
+	if _, err := v.vaps.Create(v.ctx, "", policy, registry.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, rec := v.withRecorder()
-	if _, err := v.bindings.Create(ctx, "", binding("b", "no-events", nil, nil), registry.WriteOptions{DryRun: true}); err != nil {
+	if _, err := v.vapBindings.Create(ctx, "", binding("b", "no-events", nil, nil), registry.WriteOptions{DryRun: true}); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{

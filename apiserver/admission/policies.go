@@ -99,15 +99,15 @@ func NewPolicies(cfg PolicyConfig) *Policies {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	return &Policies{
-		cfg:        cfg,
-		catchup:    controller.NewCatchup(),
-		authz:      authorizerOf{authz: cfg.Authorizer},
-		types:      typeConverters{stores: cfg.Stores},
-		hooks:      &policyHooks{},
-		syncedCh:   make(chan struct{}),
-		objects:    map[string]registry.Object{},
-		compiledV:  map[string]compiledPolicy[validating.Validator]{},
-		compiledM:  map[string]compiledPolicy[mutating.PolicyEvaluator]{},
+		cfg:       cfg,
+		catchup:   controller.NewCatchup(),
+		authz:     authorizerOf{authz: cfg.Authorizer},
+		types:     typeConverters{stores: cfg.Stores},
+		hooks:     &policyHooks{},
+		syncedCh:  make(chan struct{}),
+		objects:   map[string]registry.Object{},
+		compiledV: map[string]compiledPolicy[validating.Validator]{},
+		compiledM: map[string]compiledPolicy[mutating.PolicyEvaluator]{},
 	}
 }
 
