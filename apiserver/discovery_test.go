@@ -78,6 +78,12 @@ var kubeStorageVersionHashes = map[string]string{
 	"rbac.authorization.k8s.io/v1/roles":                              "7FuwZcIIItM=",
 	"admissionregistration.k8s.io/v1/mutatingwebhookconfigurations":   "Sqi0GUgDaX0=",
 	"admissionregistration.k8s.io/v1/validatingwebhookconfigurations": "B0wHjQmsGNk=",
+	// kube 1.37's data.go lists the validating policies; the mutating
+	// ones, served at v1 since 1.36, hash by the same rule.
+	"admissionregistration.k8s.io/v1/validatingadmissionpolicies":       "6OxvlMmQ6is=",
+	"admissionregistration.k8s.io/v1/validatingadmissionpolicybindings": "v9715VZqakg=",
+	"admissionregistration.k8s.io/v1/mutatingadmissionpolicies":         "mHCkTKpUTrE=",
+	"admissionregistration.k8s.io/v1/mutatingadmissionpolicybindings":   "ZKgZT1uTmZ0=",
 }
 
 // wantResources is what discovery must say of every declared resource,

@@ -312,16 +312,22 @@ func TestWebhookConfigurationsBadInput(t *testing.T) {
 	}
 }
 
-// TestWebhookConfigurationsDiscovery: both resources as kube-apiserver 1.37
-// lists them: cluster-scoped, every verb, in the api-extensions category,
-// without short names, with kube's storageVersionHash.
+// TestWebhookConfigurationsDiscovery: the webhook configurations and the
+// admission policies as kube-apiserver 1.37 lists them: cluster-scoped,
+// every verb, in the api-extensions category, without short names, with
+// kube's storageVersionHash; ValidatingAdmissionPolicies have a status.
 func TestWebhookConfigurationsDiscovery(t *testing.T) {
 	s := startServer(t)
 	var list metav1.APIResourceList
 	s.do(t, http.MethodGet, webhooksPath, nil, "Accept", "application/json").decode(t, &list)
 	verbs := metav1.Verbs{"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}
 	want := []metav1.APIResource{
+		{Name: "mutatingadmissionpolicies", SingularName: "mutatingadmissionpolicy", Kind: "MutatingAdmissionPolicy", Verbs: verbs, Categories: []string{"api-extensions"}, StorageVersionHash: "mHCkTKpUTrE="},
+		{Name: "mutatingadmissionpolicybindings", SingularName: "mutatingadmissionpolicybinding", Kind: "MutatingAdmissionPolicyBinding", Verbs: verbs, Categories: []string{"api-extensions"}, StorageVersionHash: "ZKgZT1uTmZ0="},
 		{Name: "mutatingwebhookconfigurations", SingularName: "mutatingwebhookconfiguration", Kind: "MutatingWebhookConfiguration", Verbs: verbs, Categories: []string{"api-extensions"}, StorageVersionHash: "Sqi0GUgDaX0="},
+		{Name: "validatingadmissionpolicies", SingularName: "validatingadmissionpolicy", Kind: "ValidatingAdmissionPolicy", Verbs: verbs, Categories: []string{"api-extensions"}, StorageVersionHash: "6OxvlMmQ6is="},
+		{Name: "validatingadmissionpolicies/status", Kind: "ValidatingAdmissionPolicy", Verbs: metav1.Verbs{"get", "patch", "update"}},
+		{Name: "validatingadmissionpolicybindings", SingularName: "validatingadmissionpolicybinding", Kind: "ValidatingAdmissionPolicyBinding", Verbs: verbs, Categories: []string{"api-extensions"}, StorageVersionHash: "v9715VZqakg="},
 		{Name: "validatingwebhookconfigurations", SingularName: "validatingwebhookconfiguration", Kind: "ValidatingWebhookConfiguration", Verbs: verbs, Categories: []string{"api-extensions"}, StorageVersionHash: "B0wHjQmsGNk="},
 	}
 	if list.GroupVersion != "admissionregistration.k8s.io/v1" {

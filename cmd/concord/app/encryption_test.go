@@ -28,7 +28,7 @@ func TestValidateEncryptionProviderConfig(t *testing.T) {
 		path, wantErr string
 	}{
 		{valid, ""},
-		{typo, "--encryption-provider-config: " + typo + `: resource "secret" is not served by Concord (served: namespaces, configmaps, secrets, serviceaccounts, leases.coordination.k8s.io, events, customresourcedefinitions.apiextensions.k8s.io, roles.rbac.authorization.k8s.io, clusterroles.rbac.authorization.k8s.io, rolebindings.rbac.authorization.k8s.io, clusterrolebindings.rbac.authorization.k8s.io, validatingwebhookconfigurations.admissionregistration.k8s.io, mutatingwebhookconfigurations.admissionregistration.k8s.io)`},
+		{typo, "--encryption-provider-config: " + typo + `: resource "secret" is not served by Concord (served: namespaces, configmaps, secrets, serviceaccounts, leases.coordination.k8s.io, events, customresourcedefinitions.apiextensions.k8s.io, roles.rbac.authorization.k8s.io, clusterroles.rbac.authorization.k8s.io, rolebindings.rbac.authorization.k8s.io, clusterrolebindings.rbac.authorization.k8s.io, validatingwebhookconfigurations.admissionregistration.k8s.io, mutatingwebhookconfigurations.admissionregistration.k8s.io, validatingadmissionpolicies.admissionregistration.k8s.io, validatingadmissionpolicybindings.admissionregistration.k8s.io, mutatingadmissionpolicies.admissionregistration.k8s.io, mutatingadmissionpolicybindings.admissionregistration.k8s.io)`},
 		{missing, "--encryption-provider-config: open " + missing + ": no such file or directory"},
 	} {
 		cfg := DefaultConfig()

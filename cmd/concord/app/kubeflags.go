@@ -19,8 +19,8 @@ var kubeOnlyFlags = []struct {
 	{name: "service-cluster-ip-range", why: "there are no Services to give cluster IPs"},
 	{name: "service-node-port-range", why: "there are no Services to give node ports"},
 	{name: "advertise-address", why: "there is no kubernetes Service whose endpoints would name it"},
-	{name: "enable-admission-plugins", why: "Concord has no admission plugins; what it does of kube's default ones (NamespaceLifecycle: no creates in a terminating or missing namespace) is always on, and webhooks are stored, not called"},
-	{name: "disable-admission-plugins", why: "Concord has no admission plugins to turn off"},
+	{name: "enable-admission-plugins", why: "Concord's admission is fixed and always on: NamespaceLifecycle (no creates in a terminating or missing namespace), MutatingAdmissionPolicy, MutatingAdmissionWebhook, ValidatingAdmissionPolicy and ValidatingAdmissionWebhook, in kube's order"},
+	{name: "disable-admission-plugins", why: "Concord's admission plugins cannot be turned off"},
 }
 
 // ignoredFlag is one kube-only flag given on the command line.
