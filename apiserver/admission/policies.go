@@ -35,8 +35,11 @@ type PolicyConfig struct {
 	// namespaces' give namespaceObject and namespaceSelector's labels.
 	ValidatingPolicies, ValidatingBindings, MutatingPolicies, MutatingBindings, Namespaces *registry.Store
 	// Stores are every served resource's: params, and the types of
-	// ApplyConfiguration mutations.
-	Stores Stores
+	// ApplyConfiguration mutations. Subscribe, when set, has a function
+	// called whenever they change (registry.Catalog.Subscribe): a
+	// paramKind served later (a CRD created after its policy) counts then.
+	Stores    Stores
+	Subscribe func(func())
 	// Authorizer answers expressions' `authorizer`.
 	Authorizer filters.Authorizer
 	Log        *slog.Logger
@@ -116,6 +119,15 @@ func (p *Policies) Synced() <-chan struct{} { return p.syncedCh }
 
 // Run watches the policies until ctx ends.
 func (p *Policies) Run(ctx context.Context) {
+	if p.cfg.Subscribe != nil {
+		p.cfg.Subscribe(func() {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			if p.loaded {
+				p.rebuildLocked()
+			}
+		})
+	}
 	controller.WatchPrefix(ctx, p.cfg.Storage, registry.AdmissionPolicyStoragePrefix, controller.WatchOptions{Name: "admission policies", Log: p.cfg.Log}, controller.PrefixHandler{
 		Event: p.event, Synced: p.synced, Progress: p.progress, Ended: p.ended,
 	})

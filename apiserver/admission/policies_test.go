@@ -31,6 +31,7 @@ type policyEnv struct {
 	vaps, vapBindings, maps, mapBindings *registry.Store
 	configmaps, namespaces               *registry.Store
 	catalogStores                        Stores
+	catalog                              *registry.Catalog
 }
 
 func newPolicyEnv(t *testing.T) *policyEnv {
@@ -63,6 +64,7 @@ func newPolicyEnv(t *testing.T) *policyEnv {
 		chain:       chain,
 
 		catalogStores: catalog.Stores,
+		catalog:       catalog,
 	}
 	v.p = NewPolicies(PolicyConfig{
 		Storage:            storage,
@@ -70,6 +72,7 @@ func newPolicyEnv(t *testing.T) *policyEnv {
 		MutatingPolicies: v.maps, MutatingBindings: v.mapBindings,
 		Namespaces: lookup(registry.Namespaces),
 		Stores:     catalog.Stores,
+		Subscribe:  catalog.Subscribe,
 		Authorizer: filters.AlwaysAllow,
 		Log:        slog.New(slog.DiscardHandler),
 	})
@@ -255,6 +258,32 @@ func TestPolicyParamKindNotServed(t *testing.T) {
 	if labels := req.Object.(*corev1.ConfigMap).Labels; labels != nil {
 		t.Fatalf("the refused ConfigMap was changed: labels %v", labels)
 	}
+}
+
+// TestPolicyParamKindServedLater: the hooks follow the served resources:
+// a policy whose paramKind stops being served is a configuration error
+// from then on, and works again once it is served again (a CRD created
+// after its policy), with no change to the policy or binding.
+func TestPolicyParamKindServedLater(t *testing.T) {
+	v := newPolicyEnv(t)
+	leases, ok := v.catalog.Lookup("coordination.k8s.io", "v1", "leases")
+	if !ok {
+		t.Fatal("no leases served")
+	}
+	lease := &admissionregistrationv1.ParamKind{APIVersion: "coordination.k8s.io/v1", Kind: "Lease"}
+	v.store(t, v.vaps, noDataPolicy("p", admissionregistrationv1.Fail, lease))
+	v.store(t, v.vapBindings, validatingBinding("b", "p"))
+	// No paramRef: the policy runs without params, and refuses data.
+	wantRefused(t, v.chain.Validate(v.ctx, v.createConfigMap("cm")), http.StatusUnprocessableEntity, metav1.StatusReasonInvalid,
+		`configmaps "cm" is forbidden: ValidatingAdmissionPolicy 'p' with binding 'b' denied request: no data`)
+	v.catalog.Remove(leases.Resource.GroupResource())
+	wantRefused(t, v.chain.Validate(v.ctx, v.createConfigMap("cm")), http.StatusUnprocessableEntity, metav1.StatusReasonInvalid,
+		`configmaps "cm" is forbidden: ValidatingAdmissionPolicy 'p' denied request: failed to configure policy: failed to find resource referenced by paramKind: 'coordination.k8s.io/v1, Kind=Lease'`)
+	if err := v.catalog.Add(leases); err != nil {
+		t.Fatal(err)
+	}
+	wantRefused(t, v.chain.Validate(v.ctx, v.createConfigMap("cm")), http.StatusUnprocessableEntity, metav1.StatusReasonInvalid,
+		`configmaps "cm" is forbidden: ValidatingAdmissionPolicy 'p' with binding 'b' denied request: no data`)
 }
 
 // TestPoliciesMayMutate: only a bound mutating policy may mutate, once the

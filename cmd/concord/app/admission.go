@@ -53,6 +53,7 @@ func (s *Server) admit(context.Context) error {
 		MutatingBindings:   coreStore(s.catalog, registry.MutatingAdmissionPolicyBindings),
 		Namespaces:         coreStore(s.catalog, registry.Namespaces),
 		Stores:             s.catalog.Stores,
+		Subscribe:          s.catalog.Subscribe,
 		Authorizer:         lateAuthorizer{s.sec},
 		Log:                s.log.With("component", "admission-policies"),
 	})
