@@ -1,0 +1,63 @@
+package apiserver_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestAdmissionPolicyAuditLine: a binding with validationActions Audit
+// admits a write that fails its policy, and the write's audit line
+// carries, as kube's audit event does, the failure
+// (validation.policy.admission.k8s.io/validation_failure) and the
+// policy's auditAnnotations (<policy>/<key>); a write no policy
+// annotates has none.
+func TestAdmissionPolicyAuditLine(t *testing.T) {
+	s := startAuthServer(t, false)
+	admin := func(method, path, body string) response {
+		t.Helper()
+		resp := s.doWith(t, s.client(nil), method, path, body, "Authorization", "Bearer admin-token")
+		if resp.Code >= 300 {
+			t.Fatalf("%s %s: %d %s", method, path, resp.Code, resp.Body)
+		}
+		return resp
+	}
+	admin(http.MethodPost, "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies", `{
+		"metadata":{"name":"keys"},
+		"spec":{"matchConstraints":{"resourceRules":[{"apiGroups":[""],"apiVersions":["v1"],"operations":["CREATE"],"resources":["configmaps"]}]},
+		"validations":[{"expression":"!has(object.data) || size(object.data) <= 1","message":"at most one key"}],
+		"auditAnnotations":[{"key":"keys","valueExpression":"string(has(object.data) ? size(object.data) : 0)"}]}}`)
+	admin(http.MethodPost, "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings", `{
+		"metadata":{"name":"keys-audit"},"spec":{"policyName":"keys","validationActions":["Audit"]}}`)
+	admin(http.MethodPost, "/api/v1/namespaces/team/configmaps", `{"metadata":{"name":"two"},"data":{"a":"1","b":"2"}}`)
+	admin(http.MethodPost, "/api/v1/namespaces/team/secrets", `{"metadata":{"name":"s"}}`)
+
+	annotations := map[string]map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(s.auditLog(t)), "\n") {
+		var ev struct {
+			Verb, Resource, URI string
+			Annotations         map[string]string
+		}
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatalf("audit line %q: %v", line, err)
+		}
+		if ev.Verb == "create" && (ev.Resource == "configmaps" || ev.Resource == "secrets") {
+			annotations[ev.Resource] = ev.Annotations
+		}
+	}
+	want := map[string]map[string]string{
+		"configmaps": {
+			"keys/keys": "2",
+			"validation.policy.admission.k8s.io/validation_failure": `[{"message":"at most one key","policy":"keys","binding":"keys-audit","expressionIndex":0,"validationActions":["Audit"]}]`,
+		},
+		"secrets": {},
+	}
+	if diff := cmp.Diff(want, annotations); diff != "" {
+		t.Errorf("the audit lines' annotations (-want +got):\n%s\n%s", diff, s.auditLog(t))
+	}
+	// Audit does not refuse: the ConfigMap is stored.
+	admin(http.MethodGet, "/api/v1/namespaces/team/configmaps/two", "")
+}
