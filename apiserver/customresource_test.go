@@ -524,7 +524,7 @@ func TestCustomObjectSubresources(t *testing.T) {
 			}
 		}
 	}
-	if diff := cmp.Diff([]string{"customresourcedefinitions/status apiextensions.k8s.io/CustomResourceDefinition", "gadgets/status example.com/Gadget", "gadgets/scale autoscaling/Scale"}, subresources); diff != "" {
+	if diff := cmp.Diff([]string{"validatingadmissionpolicies/status admissionregistration.k8s.io/ValidatingAdmissionPolicy", "customresourcedefinitions/status apiextensions.k8s.io/CustomResourceDefinition", "gadgets/status example.com/Gadget", "gadgets/scale autoscaling/Scale"}, subresources); diff != "" {
 		t.Errorf("aggregated discovery's subresources (-want +got):\n%s", diff)
 	}
 

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -332,19 +333,25 @@ func sortedByName[B interface{ GetName() string }](bindings []B) []B {
 }
 
 // current waits until the view holds etcd's state as of a revision read
-// now, and returns its hooks.
+// now, and returns its hooks. When it cannot (etcd unavailable), the error
+// is the storage's (503 or 504, as any write then), and the hooks are the
+// view's last ones (nil before it was loaded).
 func (p *Policies) current(ctx context.Context, attrs admission.Attributes) (*policyHooks, error) {
 	want, err := p.cfg.Namespaces.CurrentRevision(ctx)
 	if err == nil {
-		err = p.catchup.Await(ctx, want, awaitTimeout)
-	}
-	if err != nil {
-		// As kube's plugins answer before their policies are loaded.
-		return nil, admission.NewForbidden(attrs, fmt.Errorf("not yet ready to handle request: the admission policies could not be read: %w", err))
+		if err = p.catchup.Await(ctx, want, awaitTimeout); errors.Is(err, controller.ErrNotCaughtUp) {
+			err = &registry.RetryError{Message: "the admission policies could not be read (etcd unavailable?); nothing was written: send it again"}
+		}
 	}
 	p.mu.RLock()
-	hooks := p.hooks
+	hooks, loaded := p.hooks, p.loaded
 	p.mu.RUnlock()
+	if !loaded {
+		hooks = nil
+	}
+	if err != nil {
+		return hooks, registry.StatusError(err, attrs.GetResource().GroupResource(), attrs.GetName())
+	}
 	registry.RecordAdmissionPolicies(ctx, hooks.gen)
 	return hooks, nil
 }
@@ -371,7 +378,18 @@ func (p *Policies) mutate(ctx context.Context, attrs admission.Attributes, o adm
 	}
 	hooks, err := p.current(ctx, attrs)
 	if err != nil {
-		return err
+		// The view could not be brought up to date (etcd unavailable).
+		// If, as it last was, no mutating policy may match the write, the
+		// write goes on without: its own validation still answers bad
+		// input at once (422), its validating step and its transaction
+		// need etcd anyway, and its guard — the generation of the view
+		// it was admitted on, recorded here — refuses it should a policy
+		// have changed since.
+		if hooks == nil || len(hooks.mutating.forRequest(attrs, o)) > 0 {
+			return err
+		}
+		registry.RecordAdmissionPolicies(ctx, hooks.gen)
+		return nil
 	}
 	candidates := hooks.mutating.forRequest(attrs, o)
 	if len(candidates) == 0 {
