@@ -12,15 +12,14 @@ import (
 
 // A write is admitted by the admission policies of a per-replica view
 // that may be behind etcd (a policy created on another replica a moment
-// ago). The view waits to be as current as etcd when the request came, so
-// a policy counts from the moment its write returned; a policy written
-// while the request is admitted is caught by a guard: admission records,
-// in the request's context, the revision of AdmissionPolicyGeneration its
-// view had (RecordAdmissionPolicies), and every write of the request
-// carries the guard that the key is still at it (AdmissionGuardedStorage).
-// If a policy or binding changed in between, etcd refuses the write,
-// nothing is written, the view catches up, and the write is admitted
-// again on it.
+// ago). A guard makes a policy count from the moment its write returned,
+// on every replica: admission records, in the request's context, the
+// revision of AdmissionPolicyGeneration its view had
+// (RecordAdmissionPolicies), and every write of the request carries the
+// guard that the key is still at it (AdmissionGuardedStorage). If a policy
+// or binding changed since — before the write began, or while it was
+// admitted — etcd refuses the write, nothing is written, the view catches
+// up, and the write is admitted again on it.
 
 // admissionRecord is what a request's admission has recorded.
 type admissionRecord struct {
@@ -133,14 +132,8 @@ func (a *admissionGuarded) write(ctx context.Context, guards []etcdstore.Guard, 
 		return rev, err
 	}
 	// Which guard failed? The policies' did if their key moved.
-	now := int64(0)
-	switch stored, gerr := a.Storage.Get(ctx, AdmissionPolicyGeneration, 0); {
-	case gerr == nil:
-		now = stored.Revision
-	case !errors.Is(gerr, etcdstore.ErrNotFound):
-		return rev, err
-	}
-	if now == g.Revision {
+	now, gerr := AdmissionPolicyGenerationOf(ctx, a.Storage)
+	if gerr != nil || now == g.Revision {
 		return rev, err
 	}
 	if cerr := a.catchUp(ctx, now); cerr != nil {
@@ -148,4 +141,18 @@ func (a *admissionGuarded) write(ctx context.Context, guards []etcdstore.Guard, 
 	}
 	r.expire()
 	return 0, ErrAdmissionChanged
+}
+
+// AdmissionPolicyGenerationOf reads the revision of the last change to the
+// admission policies and bindings (AdmissionPolicyGeneration's ModRevision;
+// 0 when none was ever written) from s, linearizably.
+func AdmissionPolicyGenerationOf(ctx context.Context, s Storage) (int64, error) {
+	stored, err := s.Get(ctx, AdmissionPolicyGeneration, 0)
+	if errors.Is(err, etcdstore.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return stored.Revision, nil
 }

@@ -53,7 +53,16 @@ func (a *racingAdmission) admit(ctx context.Context) error {
 	}
 	a.races--
 	a.written++
-	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p%d", a.written)}}
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p%d", a.written)},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+				Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}},
+			}}}},
+			Validations: []admissionregistrationv1.Validation{{Expression: "true"}},
+		},
+	}
 	_, err := a.policies.Create(context.WithoutCancel(ctx), "", policy, WriteOptions{})
 	return err
 }

@@ -41,23 +41,29 @@ type PolicyConfig struct {
 	// paramKind served later (a CRD created after its policy) counts then.
 	Stores    Stores
 	Subscribe func(func())
+	// Generation reads the revision of registry.AdmissionPolicyGeneration
+	// from etcd, by which a refusal is confirmed (nil: refusals are not).
+	Generation func(context.Context) (int64, error)
 	// Authorizer answers expressions' `authorizer`.
 	Authorizer filters.Authorizer
 	Log        *slog.Logger
 }
 
 // awaitTimeout bounds how long a write waits for the policy view to catch
-// up with etcd (kube's consistent reads wait 3 s); then it is refused.
+// up with a generation it knows etcd has (kube's consistent reads wait
+// 3 s).
 const awaitTimeout = 3 * time.Second
 
 // Policies admits writes by the stored ValidatingAdmissionPolicies and
 // MutatingAdmissionPolicies and their bindings, with kube's policy
 // dispatchers (k8s.io/apiserver/pkg/admission/plugin/policy/...): kube's
 // matching, CEL evaluation, params, messages and errors. Concord keeps the
-// policies itself, in a view of one etcd watch, and every write first waits
-// until that view holds etcd's state as of a revision read after the write
-// arrived: a policy or binding counts on every replica from the moment its
-// write returned (kube's take up to a second).
+// policies itself, in a view of one etcd watch. A write is admitted on the
+// view as it is, and guarded by its generation
+// (registry.AdmissionGuardedStorage): a policy or binding counts on every
+// replica from the moment its write returned (kube's take up to a
+// second). A refusal is confirmed against etcd before it is answered
+// (confirmed), so a policy deleted or relaxed a moment ago refuses nothing.
 type Policies struct {
 	cfg     PolicyConfig
 	catchup *controller.Catchup
@@ -332,28 +338,57 @@ func sortedByName[B interface{ GetName() string }](bindings []B) []B {
 	return bindings
 }
 
-// current waits until the view holds etcd's state as of a revision read
-// now, and returns its hooks. When it cannot (etcd unavailable), the error
-// is the storage's (503 or 504, as any write then), and the hooks are the
-// view's last ones (nil before it was loaded).
-func (p *Policies) current(ctx context.Context, attrs admission.Attributes) (*policyHooks, error) {
-	want, err := p.cfg.Namespaces.CurrentRevision(ctx)
-	if err == nil {
-		if err = p.catchup.Await(ctx, want, awaitTimeout); errors.Is(err, controller.ErrNotCaughtUp) {
-			err = &registry.RetryError{Message: "the admission policies could not be read (etcd unavailable?); nothing was written: send it again"}
-		}
-	}
+// admittedOn are the view's hooks, recorded as those the request is
+// admitted on: its writes are guarded by their generation
+// (registry.RecordAdmissionPolicies), so that a write admitted on a view
+// behind a policy's or binding's write is refused by etcd and admitted
+// again on a view that has it. Before the view is loaded, a write waits
+// for it (kube's plugins wait 10 s, then 403 "not yet ready").
+func (p *Policies) admittedOn(ctx context.Context, attrs admission.Attributes) (*policyHooks, error) {
 	p.mu.RLock()
 	hooks, loaded := p.hooks, p.loaded
 	p.mu.RUnlock()
 	if !loaded {
-		hooks = nil
-	}
-	if err != nil {
-		return hooks, registry.StatusError(err, attrs.GetResource().GroupResource(), attrs.GetName())
+		timer := time.NewTimer(notReadyTimeout)
+		defer timer.Stop()
+		select {
+		case <-p.syncedCh:
+		case <-timer.C:
+			return nil, admission.NewForbidden(attrs, errors.New("not yet ready to handle request"))
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		p.mu.RLock()
+		hooks = p.hooks
+		p.mu.RUnlock()
 	}
 	registry.RecordAdmissionPolicies(ctx, hooks.gen)
 	return hooks, nil
+}
+
+// notReadyTimeout is how long a write waits for the view's first load.
+const notReadyTimeout = 10 * time.Second
+
+// confirmed reports whether a refusal decided on hooks stands: the
+// policies' generation in etcd is still theirs. If the view is behind it,
+// confirmed waits until the view has caught up and returns its hooks, on
+// which the refusal is decided again: a policy or binding deleted or
+// relaxed a moment ago on another replica refuses nothing from then on. A
+// refusal the view cannot confirm (etcd unavailable) stands.
+func (p *Policies) confirmed(ctx context.Context, hooks *policyHooks) (*policyHooks, bool) {
+	if p.cfg.Generation == nil {
+		return nil, true
+	}
+	gen, err := p.cfg.Generation(ctx)
+	if err != nil || gen == hooks.gen {
+		return nil, true
+	}
+	if err := p.catchup.Await(ctx, gen, awaitTimeout); err != nil {
+		return nil, true
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.hooks, false
 }
 
 // AwaitRevision waits until the view holds etcd's state as of rev
@@ -376,26 +411,13 @@ func (p *Policies) mutate(ctx context.Context, attrs admission.Attributes, o adm
 	if attrs.GetOperation() == admission.Delete || excludedFromPolicies(attrs.GetResource().GroupResource()) {
 		return nil // kube's plugin handles no delete: there is no object
 	}
-	hooks, err := p.current(ctx, attrs)
-	if err != nil {
-		// The view could not be brought up to date (etcd unavailable).
-		// If, as it last was, no mutating policy may match the write, the
-		// write goes on without: its own validation still answers bad
-		// input at once (422), its validating step and its transaction
-		// need etcd anyway, and its guard — the generation of the view
-		// it was admitted on, recorded here — refuses it should a policy
-		// have changed since.
-		if hooks == nil || len(hooks.mutating.forRequest(attrs, o)) > 0 {
-			return err
+	return p.dispatch(ctx, attrs, func(hooks *policyHooks) error {
+		candidates := hooks.mutating.forRequest(attrs, o)
+		if len(candidates) == 0 {
+			return nil
 		}
-		registry.RecordAdmissionPolicies(ctx, hooks.gen)
-		return nil
-	}
-	candidates := hooks.mutating.forRequest(attrs, o)
-	if len(candidates) == 0 {
-		return nil
-	}
-	return mutating.NewDispatcher(p.authz, p.matcher(ctx), p.types).Dispatch(ctx, attrs, o, withContext(ctx, candidates))
+		return mutating.NewDispatcher(p.authz, p.matcher(ctx), p.types).Dispatch(ctx, attrs, o, withContext(ctx, candidates))
+	})
 }
 
 // validate runs the validating policies (kube's ValidatingAdmissionPolicy
@@ -404,15 +426,29 @@ func (p *Policies) validate(ctx context.Context, attrs admission.Attributes, o a
 	if excludedFromPolicies(attrs.GetResource().GroupResource()) {
 		return nil
 	}
-	hooks, err := p.current(ctx, attrs)
+	return p.dispatch(ctx, attrs, func(hooks *policyHooks) error {
+		candidates := hooks.validating.forRequest(attrs, o)
+		if len(candidates) == 0 {
+			return nil
+		}
+		return validating.NewDispatcher(p.authz, generic.NewPolicyMatcher(p.matcher(ctx))).Dispatch(ctx, attrs, o, withContext(ctx, candidates))
+	})
+}
+
+// dispatch runs one step on the view's hooks; a refusal is decided again
+// once if the view was behind etcd (confirmed).
+func (p *Policies) dispatch(ctx context.Context, attrs admission.Attributes, step func(*policyHooks) error) error {
+	hooks, err := p.admittedOn(ctx, attrs)
 	if err != nil {
 		return err
 	}
-	candidates := hooks.validating.forRequest(attrs, o)
-	if len(candidates) == 0 {
+	if err = step(hooks); err == nil {
 		return nil
 	}
-	return validating.NewDispatcher(p.authz, generic.NewPolicyMatcher(p.matcher(ctx))).Dispatch(ctx, attrs, o, withContext(ctx, candidates))
+	if current, ok := p.confirmed(ctx, hooks); !ok {
+		return step(current)
+	}
+	return err
 }
 
 // matcher is kube's policy matcher for one request: it reads namespaces

@@ -73,6 +73,7 @@ func newPolicyEnv(t *testing.T) *policyEnv {
 		Namespaces: lookup(registry.Namespaces),
 		Stores:     catalog.Stores,
 		Subscribe:  catalog.Subscribe,
+		Generation: func(ctx context.Context) (int64, error) { return registry.AdmissionPolicyGenerationOf(ctx, storage) },
 		Authorizer: filters.AlwaysAllow,
 		Log:        slog.New(slog.DiscardHandler),
 	})
@@ -165,17 +166,34 @@ func mutatingBinding(name, policy string) *admissionregistrationv1.MutatingAdmis
 	}
 }
 
+// store and remove write a policy or binding and wait until the view has
+// it: the tests that call the chain directly (no write, so no guard) see
+// what a guarded write would be admitted on.
 func (v *policyEnv) store(t *testing.T, s *registry.Store, obj registry.Object) {
 	t.Helper()
 	if _, err := s.Create(v.ctx, "", obj, registry.WriteOptions{}); err != nil {
 		t.Fatalf("create %s %s: %v", s.Resource.Kind, obj.GetName(), err)
 	}
+	v.caughtUp(t)
 }
 
 func (v *policyEnv) remove(t *testing.T, s *registry.Store, name string) {
 	t.Helper()
 	if _, err := s.Delete(v.ctx, "", name, &metav1.DeleteOptions{}, registry.WriteOptions{}); err != nil {
 		t.Fatalf("delete %s %s: %v", s.Resource.Kind, name, err)
+	}
+	v.caughtUp(t)
+}
+
+// caughtUp waits until the view has the policies' current generation.
+func (v *policyEnv) caughtUp(t *testing.T) {
+	t.Helper()
+	gen, err := v.p.cfg.Generation(v.ctx)
+	if err == nil {
+		err = v.p.AwaitRevision(v.ctx, gen)
+	}
+	if err != nil {
+		t.Fatalf("the view did not catch up: %v", err)
 	}
 }
 

@@ -33,8 +33,8 @@ func (a *chainAdmission) Validate(ctx context.Context, req *registry.AdmissionRe
 // admission webhooks of the stored configurations, which this replica
 // keeps current by watches that run until shutdown. A write that comes
 // before the webhook configurations were read once waits for that (kube's
-// webhook plugins wait up to 10 s), and every write waits until the
-// policies are as current as etcd when it came; Ready waits for both.
+// webhook plugins wait up to 10 s), and so does one that comes before the
+// policies were; Ready waits for both.
 func (s *Server) admit(context.Context) error {
 	w, err := admission.New(admission.Config{
 		Validating: coreStore(s.catalog, registry.ValidatingWebhookConfigurations),
@@ -54,8 +54,11 @@ func (s *Server) admit(context.Context) error {
 		Namespaces:         coreStore(s.catalog, registry.Namespaces),
 		Stores:             s.catalog.Stores,
 		Subscribe:          s.catalog.Subscribe,
-		Authorizer:         lateAuthorizer{s.sec},
-		Log:                s.log.With("component", "admission-policies"),
+		Generation: func(ctx context.Context) (int64, error) {
+			return registry.AdmissionPolicyGenerationOf(ctx, s.storage)
+		},
+		Authorizer: lateAuthorizer{s.sec},
+		Log:        s.log.With("component", "admission-policies"),
 	})
 	s.admission.chain = admission.Chain{Policies: p, Webhooks: w}
 	s.goBackground(w.Run)
