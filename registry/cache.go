@@ -150,6 +150,21 @@ func (c *readCache) get(ctx context.Context, key string) (_ *cacheEntry, ok bool
 	return e, true, nil
 }
 
+// peek is the cache's entry of key as it is now, without waiting for the
+// cache to be as current as etcd (nil: no such object); ok is false when
+// the cache does not serve (not loaded, broken).
+func (c *readCache) peek(key string) (_ *cacheEntry, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state != cacheReady {
+		if c.state == cacheIdle {
+			c.startLocked()
+		}
+		return nil, false
+	}
+	return c.objects[key], true
+}
+
 // await waits until the cache holds etcd's state as of a revision read
 // after await was called, and returns with c.mu held (ok true). ok is
 // false, and c.mu not held, when the cache cannot serve: not started (this

@@ -247,6 +247,10 @@ type namespaceLister struct {
 	// ctx, when set, is the request's: its reads share the request's
 	// revision (registry.WithRevisionMemo) instead of reading etcd's.
 	ctx context.Context
+	// recent: read the namespaces' cache as it is, as kube's informer
+	// (registry.Store.GetRecent); a namespace it does not have is read
+	// from etcd (namespaceClient).
+	recent bool
 }
 
 func (l namespaceLister) Get(name string) (*corev1.Namespace, error) {
@@ -256,6 +260,13 @@ func (l namespaceLister) Get(name string) (*corev1.Namespace, error) {
 	}
 	ctx, cancel := context.WithTimeout(parent, namespaceReadTimeout)
 	defer cancel()
+	if l.recent {
+		obj, err := l.store.GetRecent(ctx, "", name)
+		if err != nil {
+			return nil, err
+		}
+		return obj.(*corev1.Namespace), nil
+	}
 	return getNamespace(ctx, l.store, name)
 }
 

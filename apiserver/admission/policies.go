@@ -452,11 +452,12 @@ func (p *Policies) dispatch(ctx context.Context, attrs admission.Attributes, ste
 }
 
 // matcher is kube's policy matcher for one request: it reads namespaces
-// in the request's ctx, sharing its revision (kube's dispatchers are made
-// once, with an informer's lister; Concord's reads are linearizable, and
-// a request's share one revision read). Making one is a few allocations.
+// (namespaceSelector, namespaceObject) from the namespaces' read cache as
+// it is, as kube reads them from an informer, in the request's ctx; one
+// the cache does not have is read from etcd. Making one is a few
+// allocations.
 func (p *Policies) matcher(ctx context.Context) *matching.Matcher {
-	return matching.NewMatcher(namespaceLister{store: p.cfg.Namespaces, ctx: ctx}, namespaceClient{store: p.cfg.Namespaces})
+	return matching.NewMatcher(namespaceLister{store: p.cfg.Namespaces, ctx: ctx, recent: true}, namespaceClient{store: p.cfg.Namespaces})
 }
 
 // withContext are hooks whose params are read in ctx: a copy, when any
