@@ -46,3 +46,31 @@ func TestPolicyCostLimit(t *testing.T) {
 		t.Fatalf("failurePolicy Ignore: refused: %v", err)
 	}
 }
+
+// TestPolicyReasonAndExclusions: a validation's reason
+// make the refusal's cause and code, as kube's dispatcher makes them; an
+// object excluded by excludeResourceRules (by name) is not checked.
+func TestPolicyReasonAndExclusions(t *testing.T) {
+	v := newPolicyEnv(t)
+	rules := configMapRules()
+	rules.ExcludeResourceRules = []admissionregistrationv1.NamedRuleWithOperations{{
+		ResourceNames:      []string{"skip"},
+		RuleWithOperations: rules.ResourceRules[0].RuleWithOperations,
+	}}
+	v.store(t, v.vaps, &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "p"},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy:    ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: rules,
+			Validations: []admissionregistrationv1.Validation{{
+				Expression: "!has(object.data)", Message: "no data", Reason: ptr.To(metav1.StatusReasonForbidden),
+			}},
+		},
+	})
+	v.store(t, v.vapBindings, validatingBinding("b", "p"))
+	err := v.chain.Validate(v.ctx, v.createConfigMap("cm"))
+	wantRefused(t, err, http.StatusForbidden, metav1.StatusReasonForbidden, `configmaps "cm" is forbidden: ValidatingAdmissionPolicy 'p' with binding 'b' denied request: no data`)
+	if err := v.chain.Validate(v.ctx, v.createConfigMap("skip")); err != nil {
+		t.Fatalf("the excluded ConfigMap: refused: %v", err)
+	}
+}
