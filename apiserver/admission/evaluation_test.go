@@ -47,9 +47,9 @@ func TestPolicyCostLimit(t *testing.T) {
 	}
 }
 
-// TestPolicyReasonAndExclusions: a validation's reason
-// make the refusal's cause and code, as kube's dispatcher makes them; an
-// object excluded by excludeResourceRules (by name) is not checked.
+// TestPolicyReasonAndExclusions: a validation's reason makes the
+// refusal's code, as kube's dispatcher makes it; an object excluded by
+// excludeResourceRules (by name) is not checked.
 func TestPolicyReasonAndExclusions(t *testing.T) {
 	v := newPolicyEnv(t)
 	rules := configMapRules()
