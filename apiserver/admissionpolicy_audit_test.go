@@ -61,3 +61,43 @@ func TestAdmissionPolicyAuditLine(t *testing.T) {
 	// Audit does not refuse: the ConfigMap is stored.
 	admin(http.MethodGet, "/api/v1/namespaces/team/configmaps/two", "")
 }
+
+// TestAdmissionPolicyMetrics: /metrics serves kube's admission policy
+// metrics (counted in component-base's registry by kube's dispatcher)
+// next to Concord's own: a denial is counted by policy, binding, error
+// type and action, as kube counts it (kube counts no admitted write of a
+// Deny binding).
+func TestAdmissionPolicyMetrics(t *testing.T) {
+	s := startServer(t)
+	want := func(r response, code int) {
+		t.Helper()
+		if r.Code != code {
+			t.Fatalf("%d %s; want %d", r.Code, r.Body, code)
+		}
+	}
+	want(s.do(t, http.MethodPost, "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies", `{
+		"metadata":{"name":"metrics-keys"},
+		"spec":{"matchConstraints":{"resourceRules":[{"apiGroups":[""],"apiVersions":["v1"],"operations":["CREATE"],"resources":["configmaps"]}]},
+		"validations":[{"expression":"!has(object.data) || size(object.data) <= 1","message":"at most one key"}]}}`), http.StatusCreated)
+	want(s.do(t, http.MethodPost, "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings", `{
+		"metadata":{"name":"metrics-keys-deny"},"spec":{"policyName":"metrics-keys","validationActions":["Deny"]}}`), http.StatusCreated)
+	want(s.do(t, http.MethodPost, nsPath, `{"metadata":{"name":"metrics-two"},"data":{"a":"1","b":"2"}}`), http.StatusUnprocessableEntity)
+	want(s.do(t, http.MethodPost, nsPath, `{"metadata":{"name":"metrics-one"},"data":{"a":"1"}}`), http.StatusCreated)
+
+	body := string(s.do(t, http.MethodGet, "/metrics", nil).Body)
+	for _, want := range []string{
+		`apiserver_validating_admission_policy_check_total{enforcement_action="deny",error_type="invalid_error",policy="metrics-keys",policy_binding="metrics-keys-deny"} 1`,
+		`apiserver_validating_admission_policy_check_duration_seconds_count{enforcement_action="deny",error_type="invalid_error",policy="metrics-keys",policy_binding="metrics-keys-deny"} 1`,
+		`# TYPE apiserver_request_total counter`, // Concord's own, still there
+	} {
+		if !strings.Contains(body, want) {
+			var admission []string
+			for _, line := range strings.Split(body, "\n") {
+				if strings.Contains(line, "admission") {
+					admission = append(admission, line)
+				}
+			}
+			t.Errorf("/metrics has no line %s; its admission lines:\n%s", want, strings.Join(admission, "\n"))
+		}
+	}
+}

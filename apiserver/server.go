@@ -226,7 +226,7 @@ func New(cfg Config) *Handler {
 	}, cfg.Metrics, writeError)
 	api := filters.WithCORS(filters.WithAuth(limited, cfg.Authentication, cfg.Authorizer, writeError, filteredRequests{catalog: catalog}), cfg.CORSAllowedOrigins)
 	probes := probeHandler(healthEndpoints(cfg.StorageCheck, cfg.ShutdownInitiated, cfg.CRDsSynced, cfg.PostStartHooks...),
-		promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+		promhttp.HandlerFor(prometheus.Gatherers{cfg.Metrics, kubeAdmissionMetrics}, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
 	watches := &sync.WaitGroup{}
 	return &Handler{rc: withRequestContext(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !probes(w, r) {

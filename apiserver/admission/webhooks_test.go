@@ -761,7 +761,7 @@ func TestExempt(t *testing.T) {
 
 // TestMetrics: kube's plugins count each call in kube's
 // apiserver_admission_webhook_* metrics, registered in component-base's
-// legacyregistry (not yet among Concord's /metrics).
+// legacyregistry (which /metrics serves them from: apiserver/kubemetrics.go).
 func TestMetrics(t *testing.T) {
 	v := newEnv(t)
 	v.validatingConfig(t, "metrics", hook{name: "metrics.example.com", path: "/deny"})
