@@ -253,35 +253,15 @@ func (p *Policies) rebuildLocked() {
 	for _, key := range sortedKeys(p.objects) {
 		switch policy := p.objects[key].(type) {
 		case *admissionregistrationv1.ValidatingAdmissionPolicy:
-			bindings := vBindings[policy.Name]
-			if len(bindings) == 0 {
-				continue
+			if bindings := vBindings[policy.Name]; len(bindings) > 0 {
+				seenV[key] = true
+				hooks.validating.add(hookOf(p, key, policy, bindings, policy.Spec.ParamKind, p.compiledV, compileValidatingPolicy), filterOf(policy.Spec.MatchConstraints))
 			}
-			seenV[key] = true
-			informer, scope, cfgErr := p.params(policy.Spec.ParamKind)
-			hooks.validating.add(validating.PolicyHook{
-				Policy:             policy,
-				Bindings:           sortedByName(bindings),
-				Evaluator:          compileOnce(p.compiledV, key, policy.ResourceVersion, func() validating.Validator { return compileValidatingPolicy(policy) }),
-				ParamInformer:      informer,
-				ParamScope:         scope,
-				ConfigurationError: cfgErr,
-			}, filterOf(policy.Spec.MatchConstraints))
 		case *admissionregistrationv1.MutatingAdmissionPolicy:
-			bindings := mBindings[policy.Name]
-			if len(bindings) == 0 {
-				continue
+			if bindings := mBindings[policy.Name]; len(bindings) > 0 {
+				seenM[key] = true
+				hooks.mutating.add(hookOf(p, key, policy, bindings, policy.Spec.ParamKind, p.compiledM, compileMutatingPolicy), filterOf(policy.Spec.MatchConstraints))
 			}
-			seenM[key] = true
-			informer, scope, cfgErr := p.params(policy.Spec.ParamKind)
-			hooks.mutating.add(mutating.PolicyHook{
-				Policy:             policy,
-				Bindings:           sortedByName(bindings),
-				Evaluator:          compileOnce(p.compiledM, key, policy.ResourceVersion, func() mutating.PolicyEvaluator { return compileMutatingPolicy(policy) }),
-				ParamInformer:      informer,
-				ParamScope:         scope,
-				ConfigurationError: cfgErr,
-			}, filterOf(policy.Spec.MatchConstraints))
 		}
 	}
 	forgetUnseen(p.compiledV, seenV)
@@ -307,13 +287,30 @@ func (p *Policies) params(kind *admissionregistrationv1.ParamKind) (informers.Ge
 	return paramInformer{stores: p.cfg.Stores, kind: gvk}, scopeOf(s.Resource), nil
 }
 
-func compileOnce[E any](cache map[string]compiledPolicy[E], key, version string, compile func() E) E {
-	if c, ok := cache[key]; ok && c.version == version {
-		return c.evaluator
+// hookOf is the hook of policy (the view's object at key) and its
+// bindings, as kube's policy source builds it; the policy is compiled once
+// per resourceVersion (cache).
+func hookOf[P interface {
+	runtime.Object
+	GetResourceVersion() string
+}, B interface {
+	runtime.Object
+	GetName() string
+}, E generic.Evaluator](p *Policies, key string, policy P, bindings []B, paramKind *admissionregistrationv1.ParamKind, cache map[string]compiledPolicy[E], compile func(P) E) generic.PolicyHook[P, B, E] {
+	c, ok := cache[key]
+	if !ok || c.version != policy.GetResourceVersion() {
+		c = compiledPolicy[E]{version: policy.GetResourceVersion(), evaluator: compile(policy)}
+		cache[key] = c
 	}
-	e := compile()
-	cache[key] = compiledPolicy[E]{version: version, evaluator: e}
-	return e
+	informer, scope, cfgErr := p.params(paramKind)
+	return generic.PolicyHook[P, B, E]{
+		Policy:             policy,
+		Bindings:           sortedByName(bindings),
+		Evaluator:          c.evaluator,
+		ParamInformer:      informer,
+		ParamScope:         scope,
+		ConfigurationError: cfgErr,
+	}
 }
 
 func forgetUnseen[E any](cache map[string]compiledPolicy[E], seen map[string]bool) {
