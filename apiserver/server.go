@@ -319,8 +319,12 @@ func (rc *requestContext) serve(w http.ResponseWriter, r *http.Request, isWatch 
 	defer cancel()
 	ctx = context.WithValue(ctx, requestInfoKey{}, info)
 	ctx = registry.WithRevisionMemo(ctx)
-	ctx = registry.WithAdmissionRecord(ctx)
-	ctx, info.auditAnnotations = filters.WithAuditAnnotations(ctx)
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		// Only writes are admitted: what admission records (the policies'
+		// guard, the audit annotations) is not made for reads and watches.
+		ctx = registry.WithAdmissionRecord(ctx)
+		ctx, info.auditAnnotations = filters.WithAuditAnnotations(ctx)
+	}
 	r = r.WithContext(ctx)
 	setDeadlines(w, r)
 	rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
